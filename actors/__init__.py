@@ -1,0 +1,1 @@
+"""The actors: scheduler, rollout worker, verifier, trajectory assembler, supervision."""

@@ -1,0 +1,1 @@
+"""The torch learner: near-on-policy consumption, policy update, weight publishing."""

@@ -1,0 +1,1 @@
+"""Operations: the `trialog` CLI and the local stack (Docker, Kafka, Jaeger, images)."""

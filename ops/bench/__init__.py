@@ -1,0 +1,1 @@
+"""Benchmarks behind `trialog bench NAME`; each writes its figures to BENCHMARKS.md."""

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# `make test`: every set-up step the suite needs (each timed), then ruff, mypy and pytest (unit and
+# integration, against real Docker, Kafka and Jaeger started by the fixtures).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source ops/timed.sh
+
+timed "Python environment" bash ops/bootstrap.sh
+timed "stack parts: Docker engine, images, Kafka jars, Jaeger" .venv/bin/trialog prepare
+timed "ruff" .venv/bin/python -m ruff check .
+timed "ruff format" .venv/bin/python -m ruff format --check .
+timed "mypy (strict)" .venv/bin/python -m mypy
+timed "pytest" .venv/bin/python -m pytest -m "unit or integration" "$@"

@@ -1,0 +1,102 @@
+"""Building blocks for integration tests against the real components (used by tests/conftest.py).
+
+`KafkaContainer` runs Kafka in a container on a free loopback port with host networking: the image is built
+locally (ops/images/kafka), the broker jars come from the cache and the host's Java runtime is mounted
+read-only, so nothing is pulled. `JaegerProcess` runs the cached Jaeger binary on free loopback ports.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+from ops import process
+from ops.console import StackError
+from ops.paths import Paths
+from ops.stack import docker_engine, images, jaeger, kafka
+from ops.stack.java import host_paths_of_runtime, java_home
+
+# testcontainers' reaper ("Ryuk") is pulled from a public registry, which this machine cannot reach; our
+# fixtures remove their containers themselves and label them so that strays can be found.
+os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
+
+from testcontainers.core.container import DockerContainer
+
+CONTAINER_LABEL = "dev.trialog.test"
+
+
+def use_stack_engine(paths: Paths) -> docker_engine.Engine:
+    """Point DOCKER_HOST at the stack's engine (testcontainers and the docker SDK read it)."""
+    engine = docker_engine.current(paths)
+    if engine is None:
+        raise StackError("no Docker engine answers", "run `trialog prepare` (make test does) first")
+    os.environ["DOCKER_HOST"] = engine.url
+    return engine
+
+
+class KafkaContainer(DockerContainer):
+    """A single-node KRaft Kafka in a locally built container, on a free 127.0.0.1 port."""
+
+    def __init__(self, paths: Paths, ports: kafka.KafkaPorts | None = None) -> None:
+        super().__init__(str(images.kafka_ref()))
+        self.kafka_ports = ports or kafka.KafkaPorts(broker=process.free_port(), controller=process.free_port())
+        self._config_dir = paths.component("test-kafka") / uuid.uuid4().hex[:8]
+        self._config_dir.mkdir(parents=True)
+        (self._config_dir / "server.properties").write_text(kafka.server_properties(self.kafka_ports, "@DATA_DIR@"))
+        (self._config_dir / "log4j2.properties").write_text(kafka.LOG4J_CONFIG.read_text())
+        runtime = java_home()
+        self.with_kwargs(network_mode="host", labels={CONTAINER_LABEL: "kafka"})
+        self.with_env("JAVA_HOME", str(runtime))
+        self.with_env("KAFKA_CLUSTER_ID", _kraft_cluster_id())
+        self.with_volume_mapping(str(kafka.libs(paths)), "/opt/kafka/libs", "ro")
+        self.with_volume_mapping(str(self._config_dir), "/etc/kafka", "ro")
+        for host_path in host_paths_of_runtime(runtime):
+            self.with_volume_mapping(str(host_path), str(host_path), "ro")
+
+    @property
+    def bootstrap(self) -> str:
+        return self.kafka_ports.bootstrap
+
+    def start(self) -> KafkaContainer:
+        super().start()
+        if not process.wait_until(lambda: kafka.metadata_error(self.bootstrap) is None, timeout_s=90):
+            logs = self.get_wrapped_container().logs(tail=30).decode(errors="replace")
+            self.stop()
+            raise StackError(f"Kafka in a container did not answer on {self.bootstrap}:\n{logs}")
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL the broker: a crash, not a shutdown."""
+        self.get_wrapped_container().kill()
+
+
+def _kraft_cluster_id() -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+@dataclass
+class JaegerProcess:
+    """The cached Jaeger binary on free loopback ports, stopped on exit."""
+
+    paths: Paths
+    ports: jaeger.JaegerPorts = field(
+        default_factory=lambda: jaeger.JaegerPorts(*(process.free_port() for _ in range(6)))
+    )
+    home: Path = field(init=False)
+
+    def __enter__(self) -> JaegerProcess:
+        self.home = self.paths.component("test-jaeger") / uuid.uuid4().hex[:8]
+        self.home.mkdir(parents=True)
+        isolated = Paths(home=self.home, cache=self.paths.cache)
+        jaeger.start(isolated, self.ports)
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        jaeger.stop(Paths(home=self.home, cache=self.paths.cache))

@@ -1,0 +1,1 @@
+"""The sandbox daemon: Docker backend, isolation, quotas, warm pool, snapshots."""

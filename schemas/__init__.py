@@ -1,0 +1,1 @@
+"""Avro schemas, the registry-free codec and the event model of trialog."""

@@ -1,0 +1,64 @@
+"""Shared fixtures. Tests under tests/unit are marked `unit`, those under tests/integration `integration`.
+
+Integration fixtures use the real components prepared by `trialog prepare` (which `make test` runs): the
+Docker engine, the locally built images, the cached Kafka jars and the Jaeger binary. Nothing is mocked and
+nothing is skipped: a missing component is an error that says how to prepare it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import pytest
+
+from ops.paths import Paths
+from ops.testing import CONTAINER_LABEL, JaegerProcess, KafkaContainer, use_stack_engine
+
+TESTS_ROOT = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        kind = Path(str(item.fspath)).relative_to(TESTS_ROOT).parts[0]
+        if kind in ("unit", "integration"):
+            item.add_marker(getattr(pytest.mark, kind))
+
+
+@pytest.fixture(scope="session")
+def stack_paths() -> Paths:
+    return Paths.from_env()
+
+
+@pytest.fixture(scope="session")
+def docker_client(stack_paths: Paths) -> Iterator[docker.DockerClient]:
+    engine = use_stack_engine(stack_paths)
+    client = engine.client()
+    _remove_test_containers(client)
+    yield client
+    _remove_test_containers(client)
+    client.close()
+
+
+def _remove_test_containers(client: docker.DockerClient) -> None:
+    for container in client.containers.list(all=True, filters={"label": CONTAINER_LABEL}):
+        container.remove(force=True)
+
+
+@pytest.fixture(scope="session")
+def kafka_container(docker_client: docker.DockerClient, stack_paths: Paths) -> Iterator[KafkaContainer]:
+    container = KafkaContainer(stack_paths).start()
+    yield container
+    container.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(kafka_container: KafkaContainer) -> str:
+    return kafka_container.bootstrap
+
+
+@pytest.fixture(scope="session")
+def jaeger_process(stack_paths: Paths) -> Iterator[JaegerProcess]:
+    with JaegerProcess(stack_paths) as running:
+        yield running
