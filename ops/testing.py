@@ -42,10 +42,14 @@ class KafkaContainer(DockerContainer):
 
     def __init__(self, paths: Paths, ports: kafka.KafkaPorts | None = None) -> None:
         super().__init__(str(images.kafka_ref()))
-        self.kafka_ports = ports or kafka.KafkaPorts(broker=process.free_port(), controller=process.free_port())
+        self.kafka_ports = ports or kafka.KafkaPorts(
+            broker=process.free_port(), controller=process.free_port()
+        )
         self._config_dir = paths.component("test-kafka") / uuid.uuid4().hex[:8]
         self._config_dir.mkdir(parents=True)
-        (self._config_dir / "server.properties").write_text(kafka.server_properties(self.kafka_ports, "@DATA_DIR@"))
+        (self._config_dir / "server.properties").write_text(
+            kafka.server_properties(self.kafka_ports, "@DATA_DIR@")
+        )
         (self._config_dir / "log4j2.properties").write_text(kafka.LOG4J_CONFIG.read_text())
         runtime = java_home()
         self.with_kwargs(network_mode="host", labels={CONTAINER_LABEL: "kafka"})

@@ -21,7 +21,8 @@ def test_reads_the_main_archive_from_deb822_and_skips_security(tmp_path: Path) -
         {
             "sources.list.d/debian.sources": (
                 "Types: deb\nURIs: http://mirror.example/debian-security\nSuites: bookworm-security\n\n"
-                "Types: deb\n# a comment\nURIs: http://mirror.example/debian\nSuites: bookworm bookworm-updates\n"
+                "Types: deb\n# a comment\nURIs: http://mirror.example/debian\n"
+                "Suites: bookworm bookworm-updates\n"
             )
         },
     )

@@ -10,7 +10,9 @@ def test_run_prefix() -> None:
 
 def test_the_design_topics_exist_with_their_retention() -> None:
     specs = {spec.name: spec for spec in TOPICS}
-    assert {"tasks", "episode.commands", "episode.events", "trajectories.completed", "deadletter"} <= set(specs)
+    assert {"tasks", "episode.commands", "episode.events", "trajectories.completed", "deadletter"} <= set(
+        specs
+    )
     assert specs["tasks"].config == {"cleanup.policy": "compact"}
     # The log of record is kept for audits: never aged out.
     assert specs["episode.events"].config["retention.ms"] == "-1"
