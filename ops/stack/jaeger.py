@@ -59,19 +59,18 @@ def binary(paths: Paths) -> Path:
     target = paths.cached("bin") / f"jaeger-{JAEGER_VERSION}"
     if target.exists():
         return target
-    if shutil.which("go") is None:
-        raise StackError("Go is not installed, so Jaeger cannot be built", "install Go 1.24+ and retry")
+    go = _go_command()
     go_cache = paths.cached("go")
     env = {
         **os.environ,
         "GOPATH": str(go_cache / "path"),
         "GOMODCACHE": str(go_cache / "mod"),
         "GOCACHE": str(go_cache / "build"),
-        "GOFLAGS": "-mod=mod",
+        "GOFLAGS": "-mod=readonly",
         "CGO_ENABLED": "0",
     }
     partial = target.with_suffix(".partial")
-    argv = ["go", "build", "-trimpath", "-o", str(partial), JAEGER_MODULE]
+    argv = [go, "build", "-trimpath", "-o", str(partial), JAEGER_MODULE]
     result = subprocess.run(argv, cwd=TOOL_MODULE_DIR, env=env, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise StackError(
@@ -80,6 +79,14 @@ def binary(paths: Paths) -> Path:
         )
     partial.rename(target)
     return target
+
+
+def _go_command() -> str:
+    # Go's official tarball lives in /usr/local/go, which is not always on a non-login PATH.
+    for candidate in (shutil.which("go"), "/usr/local/go/bin/go"):
+        if candidate and Path(candidate).exists():
+            return candidate
+    raise StackError("Go is not installed, so Jaeger cannot be built", "install Go 1.24+ and retry")
 
 
 def start(paths: Paths, ports: JaegerPorts) -> None:

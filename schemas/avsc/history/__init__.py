@@ -1,0 +1,1 @@
+"""Frozen earlier versions of message schemas (a package only so that setuptools ships them)."""

@@ -1,0 +1,132 @@
+"""Schema evolution: bytes written with an old version are read by today's code (resolution + upcasters)."""
+
+from __future__ import annotations
+
+from io import BytesIO
+from typing import Any
+
+import pytest
+from fastavro import schemaless_writer
+
+from schemas.catalog import SchemaCatalog, SchemaVersion, compile_version, expand
+from schemas.codec import MAGIC, Codec, DecodeError, DecodeReason
+from schemas.events import StepExecuted
+from schemas.testing import EpisodeScript
+from schemas.upcasters import SIGKILL_EXIT, upcast_chain
+
+
+def write_with(sv: SchemaVersion, record: dict[str, Any]) -> bytes:
+    """Single-object bytes as a producer built against `sv` wrote them."""
+    out = BytesIO()
+    out.write(MAGIC + sv.fingerprint)
+    schemaless_writer(out, sv.parsed, record)
+    return out.getvalue()
+
+
+def v1_step_record(codec: Codec, exit_code: int, timed_out: bool) -> dict[str, Any]:
+    """A StepExecuted as a v1 sandbox agent built it: no oom_killed, no trace context."""
+    script = EpisodeScript(codec)
+    script.start()
+    record = script.execute(exit_code=exit_code, timed_out=timed_out, stdout=b"Killed\n").to_record()
+    del record["oom_killed"]
+    del record["meta"]["traceparent"]
+    return record
+
+
+@pytest.mark.parametrize(
+    ("exit_code", "timed_out", "oom_killed"),
+    [(SIGKILL_EXIT, False, True), (SIGKILL_EXIT, True, False), (0, False, False), (1, False, False)],
+)
+def test_v1_step_executed_is_read_by_todays_code(
+    codec: Codec, exit_code: int, timed_out: bool, oom_killed: bool
+) -> None:
+    v1 = codec.catalog.version(StepExecuted.SCHEMA, 1)
+    data = write_with(v1, v1_step_record(codec, exit_code, timed_out))
+    assert codec.schema_of(data) == (StepExecuted.SCHEMA, 1)
+    event = codec.decode_as(data, StepExecuted)
+    assert event.exit_code == exit_code and event.timed_out is timed_out
+    assert event.oom_killed is oom_killed  # the upcaster, not the schema default, decided
+    assert event.meta.traceparent is None  # plain Avro resolution: the field's default
+    assert event.stdout.text == "Killed\n"
+
+
+def test_v1_bytes_re_encode_as_the_current_version(codec: Codec) -> None:
+    v1 = codec.catalog.version(StepExecuted.SCHEMA, 1)
+    event = codec.decode(write_with(v1, v1_step_record(codec, 0, False)))
+    assert codec.schema_of(codec.encode(event)) == (StepExecuted.SCHEMA, 2)
+
+
+def test_an_old_reader_refuses_bytes_of_a_version_it_does_not_know(codec: Codec) -> None:
+    old_catalog = SchemaCatalog([sv for sv in codec.catalog.all_versions() if sv.version == 1])
+    old_reader = Codec(old_catalog, types=[])
+    script = EpisodeScript(codec)
+    script.start()
+    with pytest.raises(DecodeError) as err:
+        old_reader.decode_record(codec.encode(script.execute()))
+    assert err.value.reason is DecodeReason.UNKNOWN_FINGERPRINT
+
+
+# A synthetic record with three versions, to show resolution and a chain of upcasters at work.
+def _thing(version: int) -> SchemaVersion:
+    fields: list[dict[str, Any]] = [{"name": "celsius", "type": "double", "doc": "temperature"}]
+    if version >= 2:  # v2 adds a unit, default "C"; v1 files were sometimes written in Fahrenheit
+        fields.append({"name": "unit", "type": "string", "default": "C", "doc": "unit"})
+    if version >= 3:  # v3 adds a source, and fixes every reading to Celsius
+        fields.append({"name": "source", "type": "string", "default": "", "doc": "source"})
+    schema = {
+        "type": "record",
+        "name": "Thing",
+        "namespace": "t",
+        "doc": "d",
+        "version": version,
+        "fields": fields,
+    }
+    return compile_version("t.Thing", version, expand("t.Thing", {"t.Thing": schema}))
+
+
+def _v1_to_v2(rec: dict[str, Any]) -> dict[str, Any]:
+    rec["unit"] = "F" if rec["celsius"] > 60 else "C"  # no v1 reading in Celsius was ever that hot
+    return rec
+
+
+def _v2_to_v3(rec: dict[str, Any]) -> dict[str, Any]:
+    if rec["unit"] == "F":
+        rec["celsius"], rec["unit"] = (rec["celsius"] - 32) * 5 / 9, "C"
+    rec["source"] = rec["source"] or "upcast"
+    return rec
+
+
+UPCASTERS = {("t.Thing", 1): _v1_to_v2, ("t.Thing", 2): _v2_to_v3}
+
+
+@pytest.fixture(scope="module")
+def things() -> tuple[list[SchemaVersion], Codec]:
+    versions = [_thing(v) for v in (1, 2, 3)]
+    return versions, Codec(SchemaCatalog(versions), types=[], upcasters=UPCASTERS)
+
+
+def test_upcasters_chain_oldest_first(things: tuple[list[SchemaVersion], Codec]) -> None:
+    (v1, v2, v3), codec = things
+    assert upcast_chain("t.Thing", 1, 3, UPCASTERS) == (_v1_to_v2, _v2_to_v3)
+    assert codec.decode_record(write_with(v1, {"celsius": 212.0})) == (
+        "t.Thing",
+        {"celsius": 100.0, "unit": "C", "source": "upcast"},
+    )
+    assert codec.decode_record(write_with(v1, {"celsius": 20.0}))[1] == {
+        "celsius": 20.0,
+        "unit": "C",
+        "source": "upcast",
+    }
+    assert codec.decode_record(write_with(v2, {"celsius": 50.0, "unit": "F"}))[1]["celsius"] == 10.0
+    current = {"celsius": 99.0, "unit": "F", "source": "probe"}  # today's bytes: no resolution, no upcaster
+    assert codec.decode_record(write_with(v3, current))[1] == current
+
+
+def test_a_failing_upcaster_is_a_decode_error(things: tuple[list[SchemaVersion], Codec]) -> None:
+    (v1, _, _), _ = things
+    broken = Codec(
+        SchemaCatalog([_thing(1), _thing(2)]), types=[], upcasters={("t.Thing", 1): lambda r: r["nope"]}
+    )
+    with pytest.raises(DecodeError) as err:
+        broken.decode_record(write_with(v1, {"celsius": 1.0}))
+    assert err.value.reason is DecodeReason.UPCAST_FAILED
