@@ -60,10 +60,10 @@ def prepare(config: StackConfig) -> None:
     with step("sandbox images (debootstrap base + docker build)"):
         refs = images.ensure_all(engine.client(timeout_s=600), paths)
         say(f"   {', '.join(str(ref) for ref in refs)}")
-    with step("Kafka jars (Maven Central, cached)"):
+    with step("Kafka jars (Maven Central once, then cached)"):
         kafka.libs(paths)
         say(f"   Kafka {kafka.version(paths)}")
-    with step("Jaeger binary (go build, cached)"):
+    with step("Jaeger binary (go build once, then cached)"):
         say(f"   {jaeger.binary(paths)}")
 
 
