@@ -11,6 +11,8 @@ from collections.abc import Callable, Sequence
 from ops.console import StackError
 
 BENCHMARKS = {"codec": "ops.bench.codec"}
+# Modules that add a command group with `register(subparsers)`; they import heavy modules only when run.
+COMMAND_GROUPS = ("actors.tasks.cli",)
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -87,6 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("down", _cmd_down, "stop the local stack (an external Docker engine is left running)")
     status = add("status", _cmd_status, "report each component healthy or not, with the reason")
     status.add_argument("--json", action="store_true", help="print one JSON object")
+
+    for module_name in COMMAND_GROUPS:
+        importlib.import_module(module_name).register(sub)
 
     bench = add("bench", _cmd_bench, "run a benchmark and record its figures in BENCHMARKS.md")
     bench.add_argument("bench_name", choices=sorted(BENCHMARKS), metavar="NAME", help=", ".join(BENCHMARKS))

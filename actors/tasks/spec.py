@@ -1,0 +1,417 @@
+"""The task format: one folder per task, loaded and checked before anything runs it.
+
+```
+task.toml        id, instruction, timeout_s, build_command (optional), protected (globs relative to repo/),
+                 image (optional), [meta] difficulty / tags / source (all optional)
+repo/            the initial tree the agent works in (may hold visible tests)
+tests/           hidden, frozen acceptance tests (pytest files), never copied into the agent's sandbox
+solution.patch   the reference solution: a unified diff against repo/, applied with -p1
+```
+
+`load_task` checks everything that can be checked without running code: every field and its type, unknown
+keys (a typo must not silently drop a setting), the globs, that the tests exist and parse, that the
+solution applies to repo/ and leaves protected paths alone. Any problem raises `TaskError` naming the file
+and the problem. Running the tests (unsolvable, already passing, flaky) is `trialog tasks validate`'s job.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import re
+import shutil
+import tomllib
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from actors.tasks.globs import GlobSet, glob_problem
+from actors.tasks.patch import FilePatch, PatchError, apply_patch, apply_to_tree, parse_patch, read_tree_file
+from actors.tasks.testids import TestFileError, discover_test_ids
+
+TASK_FILE = "task.toml"
+REPO_DIR = "repo"
+TESTS_DIR = "tests"
+PATCH_FILE = "solution.patch"
+
+DIFFICULTIES = ("easy", "medium", "hard")
+MAX_TIMEOUT_S = 24 * 3600
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+# Written by running Python or pytest in a task folder; never part of what a task *is*.
+_IGNORED_DIRS = frozenset({"__pycache__", ".pytest_cache"})
+_IGNORED_SUFFIXES = (".pyc", ".pyo")
+
+
+class TaskError(ValueError):
+    """A malformed task: `path` is the offending file or folder, `problem` says what is wrong with it."""
+
+    def __init__(self, path: Path, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = path
+        self.problem = problem
+
+
+@dataclass(frozen=True)
+class TaskMeta:
+    difficulty: str | None = None
+    tags: tuple[str, ...] = ()
+    source: str | None = None
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """The contents of task.toml."""
+
+    id: str
+    instruction: str
+    timeout_s: float
+    build_command: str | None = None
+    protected: tuple[str, ...] = ()
+    image: str | None = None
+    meta: TaskMeta = field(default_factory=TaskMeta)
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready form (optional fields present, as null when unset)."""
+        return {
+            "id": self.id,
+            "instruction": self.instruction,
+            "timeout_s": self.timeout_s,
+            "build_command": self.build_command,
+            "protected": list(self.protected),
+            "image": self.image,
+            "meta": {
+                "difficulty": self.meta.difficulty,
+                "tags": list(self.meta.tags),
+                "source": self.meta.source,
+            },
+        }
+
+
+@dataclass(frozen=True)
+class Task:
+    """A loaded, statically checked task."""
+
+    root: Path
+    spec: TaskSpec
+    version: str  # content hash of the folder (see task_version)
+    test_ids: tuple[str, ...]  # frozen test ids, relative to the task folder (see actors.tasks.testids)
+    solution: tuple[FilePatch, ...]
+
+    @property
+    def id(self) -> str:
+        return self.spec.id
+
+    @property
+    def repo_dir(self) -> Path:
+        return self.root / REPO_DIR
+
+    @property
+    def tests_dir(self) -> Path:
+        return self.root / TESTS_DIR
+
+    @property
+    def patch_path(self) -> Path:
+        return self.root / PATCH_FILE
+
+    @property
+    def protected(self) -> GlobSet:
+        return GlobSet.compile(self.spec.protected)
+
+    def copy_repo(self, dest: Path, *, solved: bool = False) -> Path:
+        """Copy repo/ to `dest` (which must not exist), with the reference solution applied if `solved`."""
+        shutil.copytree(self.repo_dir, dest, symlinks=True, ignore=shutil.ignore_patterns(*_IGNORED_DIRS))
+        if solved:
+            apply_to_tree(dest, self.solution)
+        return dest
+
+
+# ---- task.toml ------------------------------------------------------------------------------------------
+
+
+def parse_spec(data: Mapping[str, Any], path: Path) -> TaskSpec:
+    """Check the parsed task.toml `data`; problems are reported against `path`."""
+    fields = _Fields(data, path, where="")
+    spec = TaskSpec(
+        id=fields.string("id", pattern=_ID, hint="letters, digits, '.', '_' or '-', at most 128"),
+        instruction=fields.string("instruction"),
+        timeout_s=fields.number("timeout_s"),
+        build_command=fields.optional_string("build_command"),
+        protected=fields.globs("protected"),
+        image=fields.optional_string("image"),
+        meta=_parse_meta(fields.table("meta"), path),
+    )
+    fields.reject_unknown()
+    return spec
+
+
+def _parse_meta(data: Mapping[str, Any], path: Path) -> TaskMeta:
+    fields = _Fields(data, path, where="meta.")
+    meta = TaskMeta(
+        difficulty=fields.optional_string("difficulty", choices=DIFFICULTIES),
+        tags=fields.strings("tags"),
+        source=fields.optional_string("source"),
+    )
+    fields.reject_unknown()
+    return meta
+
+
+class _Fields:
+    """Typed, named access to one TOML table, remembering which keys were read."""
+
+    def __init__(self, data: Mapping[str, Any], path: Path, where: str) -> None:
+        self.data, self.path, self.where = data, path, where
+        self.read: set[str] = set()
+
+    def _error(self, key: str, problem: str) -> TaskError:
+        return TaskError(self.path, f"field '{self.where}{key}' {problem}")
+
+    def _get(self, key: str) -> Any:
+        self.read.add(key)
+        return self.data.get(key)
+
+    def string(self, key: str, *, pattern: re.Pattern[str] | None = None, hint: str = "") -> str:
+        value = self._get(key)
+        if value is None:
+            raise self._error(key, "is missing")
+        return self._check_string(key, value, pattern, hint)
+
+    def optional_string(self, key: str, *, choices: Sequence[str] = ()) -> str | None:
+        value = self._get(key)
+        if value is None:
+            return None
+        text = self._check_string(key, value, None, "")
+        if choices and text not in choices:
+            raise self._error(key, f"must be one of {', '.join(choices)} (got {text!r})")
+        return text
+
+    def _check_string(self, key: str, value: Any, pattern: re.Pattern[str] | None, hint: str) -> str:
+        if not isinstance(value, str):
+            raise self._error(key, f"must be a string (got {type(value).__name__})")
+        if not value.strip():
+            raise self._error(key, "must not be empty")
+        if pattern is not None and not pattern.fullmatch(value):
+            raise self._error(key, f"is not valid: {value!r} ({hint})")
+        return value
+
+    def number(self, key: str) -> float:
+        value = self._get(key)
+        if value is None:
+            raise self._error(key, "is missing")
+        # bool is an int in Python; `timeout_s = true` is a mistake, not 1 second.
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self._error(key, f"must be a number of seconds (got {type(value).__name__})")
+        if not math.isfinite(value) or not 0 < value <= MAX_TIMEOUT_S:
+            raise self._error(key, f"must be > 0 and <= {MAX_TIMEOUT_S} (got {value})")
+        return float(value)
+
+    def strings(self, key: str) -> tuple[str, ...]:
+        value = self._get(key)
+        if value is None:
+            return ()
+        if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
+            raise self._error(key, "must be a list of non-empty strings")
+        return tuple(value)
+
+    def globs(self, key: str) -> tuple[str, ...]:
+        patterns = self.strings(key)
+        for pattern in patterns:
+            problem = glob_problem(pattern)
+            if problem:
+                raise self._error(key, f"has a bad glob {pattern!r}: it {problem}")
+        return patterns
+
+    def table(self, key: str) -> Mapping[str, Any]:
+        value = self._get(key)
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise self._error(key, f"must be a table (got {type(value).__name__})")
+        return value
+
+    def reject_unknown(self) -> None:
+        unknown = sorted(set(self.data) - self.read)
+        if unknown:
+            names = ", ".join(f"'{self.where}{key}'" for key in unknown)
+            raise TaskError(self.path, f"unknown field(s) {names} (a typo?)")
+
+
+def spec_to_toml(spec: TaskSpec) -> str:
+    """task.toml text that `parse_spec` reads back as `spec`."""
+    lines = [f"id = {toml_string(spec.id)}", f"instruction = {toml_string(spec.instruction)}"]
+    lines.append(f"timeout_s = {_toml_number(spec.timeout_s)}")
+    if spec.build_command is not None:
+        lines.append(f"build_command = {toml_string(spec.build_command)}")
+    lines.append(f"protected = [{', '.join(toml_string(p) for p in spec.protected)}]")
+    if spec.image is not None:
+        lines.append(f"image = {toml_string(spec.image)}")
+    lines += ["", "[meta]"]
+    if spec.meta.difficulty is not None:
+        lines.append(f"difficulty = {toml_string(spec.meta.difficulty)}")
+    lines.append(f"tags = [{', '.join(toml_string(t) for t in spec.meta.tags)}]")
+    if spec.meta.source is not None:
+        lines.append(f"source = {toml_string(spec.meta.source)}")
+    return "\n".join(lines) + "\n"
+
+
+_TOML_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r", "\b": "\\b", "\f": "\\f"}
+
+
+def toml_string(text: str) -> str:
+    """A TOML basic string (control characters escaped, everything else literal UTF-8)."""
+    out = []
+    for char in text:
+        if char in _TOML_ESCAPES:
+            out.append(_TOML_ESCAPES[char])
+        elif ord(char) < 0x20 or ord(char) == 0x7F:
+            out.append(f"\\u{ord(char):04x}")
+        else:
+            out.append(char)
+    return '"' + "".join(out) + '"'
+
+
+def _toml_number(value: float) -> str:
+    return str(int(value)) if value.is_integer() else repr(value)
+
+
+# ---- the folder -----------------------------------------------------------------------------------------
+
+
+def load_task(root: Path) -> Task:
+    """Load and statically check the task folder `root`; raises TaskError naming the file at fault."""
+    root = Path(root)
+    if not root.is_dir():
+        raise TaskError(root, "is not a folder")
+    spec = _load_spec(root / TASK_FILE)
+    repo_dir, tests_dir = _folder(root, REPO_DIR), _folder(root, TESTS_DIR)
+    _check_links(repo_dir)
+    _check_links(tests_dir)
+    if (repo_dir / ".git").exists() or (repo_dir / ".git").is_symlink():
+        raise TaskError(
+            repo_dir / ".git", "task repos are shipped without git history (it may hold the solution)"
+        )
+    try:
+        test_ids = discover_test_ids(root, tests_dir)
+    except TestFileError as exc:
+        raise TaskError(exc.path, exc.problem) from None
+    if not test_ids:
+        raise TaskError(tests_dir, "holds no tests (test_*.py or *_test.py files with test functions)")
+    solution = _load_solution(root / PATCH_FILE, repo_dir, GlobSet.compile(spec.protected))
+    return Task(root=root, spec=spec, version=task_version(root), test_ids=test_ids, solution=solution)
+
+
+def _load_spec(path: Path) -> TaskSpec:
+    if not path.is_file():
+        raise TaskError(path, "is missing")
+    try:
+        data = tomllib.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise TaskError(path, f"is not UTF-8 text ({exc.reason})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise TaskError(path, f"is not valid TOML: {exc}") from None
+    return parse_spec(data, path)
+
+
+def _folder(root: Path, name: str) -> Path:
+    path = root / name
+    if path.is_symlink() or not path.is_dir():
+        raise TaskError(path, "is missing (or is not a folder)")
+    return path
+
+
+def _check_links(folder: Path) -> None:
+    """A symlink in a task may only point to another place inside the same folder."""
+    base = folder.resolve()
+    for path in _walk(folder):
+        if path.is_symlink():
+            target = os.readlink(path)
+            resolved = Path(os.path.normpath(path.parent.resolve() / target))
+            if os.path.isabs(target) or not resolved.is_relative_to(base):
+                raise TaskError(path, f"is a symbolic link that leaves {folder.name}/ ({target})")
+
+
+def _load_solution(path: Path, repo_dir: Path, protected: GlobSet) -> tuple[FilePatch, ...]:
+    if not path.is_file():
+        raise TaskError(path, "is missing")
+    try:
+        patch = parse_patch(path.read_bytes().decode("utf-8"))
+        changes = apply_patch(patch, read_tree_file(repo_dir))
+    except UnicodeDecodeError as exc:
+        raise TaskError(path, f"is not UTF-8 text ({exc.reason})") from None
+    except PatchError as exc:
+        raise TaskError(path, f"does not apply to {REPO_DIR}/: {exc}") from None
+    except UnicodeError as exc:
+        raise TaskError(path, f"patches a file of {REPO_DIR}/ that is not UTF-8 text: {exc}") from None
+    touched = protected.select(changes)
+    if touched:
+        raise TaskError(path, f"changes protected paths: {', '.join(touched)}")
+    return patch
+
+
+def _walk(folder: Path) -> Iterator[Path]:
+    """Every entry under `folder` except ignored caches, never descending through symlinks."""
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
+        dirnames[:] = sorted(d for d in dirnames if d not in _IGNORED_DIRS)
+        here = Path(dirpath)
+        for name in sorted(dirnames + filenames):
+            if not name.endswith(_IGNORED_SUFFIXES):
+                yield here / name
+
+
+def task_version(root: Path) -> str:
+    """The content hash of a task folder: sha256 over sorted relative paths, kinds and bytes (hex).
+
+    Caches Python and pytest leave behind are ignored, so running a task's tests does not change it;
+    file modes and timestamps are not part of a task. A symlink counts by its target, not what it points to.
+    """
+    digest = hashlib.sha256(b"trialog-task-v1\0")
+    for relative, kind, data in sorted(_entries(root)):
+        digest.update(kind + b"\0" + relative.encode("utf-8", "surrogateescape") + b"\0")
+        digest.update(len(data).to_bytes(8, "big") + data)
+    return digest.hexdigest()
+
+
+def _entries(root: Path) -> Iterator[tuple[str, bytes, bytes]]:
+    for path in _walk(root):
+        relative = path.relative_to(root).as_posix()
+        if path.is_symlink():
+            yield relative, b"l", os.readlink(path).encode("utf-8", "surrogateescape")
+        elif path.is_file():
+            yield relative, b"f", path.read_bytes()
+        elif not path.is_dir():
+            raise TaskError(path, "is neither a file, a folder nor a symbolic link")
+
+
+# ---- task sets ------------------------------------------------------------------------------------------
+
+
+def find_tasks(root: Path) -> list[Path]:
+    """Task folders at or under `root`: a folder with task.toml is a task and is not searched further."""
+    root = Path(root)
+    if not root.is_dir():
+        raise TaskError(root, "is not a folder")
+    if (root / TASK_FILE).is_file():
+        return [root]
+    found: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        if TASK_FILE in filenames and Path(dirpath) != root:
+            found.append(Path(dirpath))
+            dirnames[:] = []
+        else:
+            dirnames[:] = sorted(d for d in dirnames if d not in _IGNORED_DIRS and not d.startswith("."))
+    return sorted(found)
+
+
+def load_tasks(roots: Iterable[Path]) -> list[Task]:
+    """Every task under `roots`, in path order; duplicate ids are an error (ids key the `tasks` topic)."""
+    tasks: list[Task] = []
+    seen: dict[str, Path] = {}
+    for root in roots:
+        for folder in find_tasks(root):
+            task = load_task(folder)
+            if task.id in seen:
+                raise TaskError(folder / TASK_FILE, f"id {task.id!r} is also used by {seen[task.id]}")
+            seen[task.id] = folder
+            tasks.append(task)
+    return tasks

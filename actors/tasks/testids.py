@@ -1,0 +1,77 @@
+"""The frozen test ids of a task, found by reading its test files (never by running them).
+
+The verifier must know which tests *should* be reported before it runs anything: a test that is missing
+from the report (not collected, crashed the run, hidden by the workspace) counts as failed. Reading the
+files statically gives that list without trusting any run. The rules are pytest's defaults, which the
+verifier enforces (no workspace configuration is in effect): files `test_*.py` or `*_test.py`, functions
+named `test*` at module level, and `test*` methods of `Test*` classes without an `__init__`, nested
+classes included.
+
+Ids look like pytest node ids relative to the task folder: `tests/test_calc.py::TestAdd::test_zero`. A
+parametrized test has one id here; its instances (`...::test_zero[1-2]`) are folded into it when graded.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+
+class TestFileError(ValueError):
+    """A frozen test file that cannot be read; `path` is the file."""
+
+    __test__ = False  # not a pytest test class, despite its name
+
+    def __init__(self, path: Path, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = path
+        self.problem = problem
+
+
+def is_test_file(name: str) -> bool:
+    return name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py"))
+
+
+def find_test_files(tests_dir: Path) -> list[Path]:
+    """The test files under `tests_dir`, sorted; `__pycache__` folders are skipped."""
+    return sorted(
+        path
+        for path in tests_dir.rglob("*.py")
+        if is_test_file(path.name) and "__pycache__" not in path.parts and path.is_file()
+    )
+
+
+def discover_test_ids(task_dir: Path, tests_dir: Path) -> tuple[str, ...]:
+    """All test ids under `tests_dir`, relative to `task_dir`, in file then source order."""
+    ids: list[str] = []
+    for path in find_test_files(tests_dir):
+        relative = path.relative_to(task_dir).as_posix()
+        if "[" in relative or "::" in relative:
+            raise TestFileError(path, "test file paths may not contain '[' or '::' (they delimit test ids)")
+        ids.extend(f"{relative}::{name}" for name in _names_in(path))
+    # A name defined twice in one file is collected once by pytest (the later definition wins).
+    return tuple(dict.fromkeys(ids))
+
+
+def _names_in(path: Path) -> Iterator[str]:
+    try:
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+    except SyntaxError as exc:
+        raise TestFileError(path, f"syntax error at line {exc.lineno}: {exc.msg}") from None
+    except ValueError as exc:  # e.g. null bytes
+        raise TestFileError(path, f"cannot be parsed: {exc}") from None
+    yield from _names_in_body(tree.body, prefix="")
+
+
+def _names_in_body(body: list[ast.stmt], prefix: str) -> Iterator[str]:
+    for node in body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test"):
+            yield prefix + node.name
+        elif isinstance(node, ast.ClassDef) and node.name.startswith("Test") and not _has_init(node):
+            yield from _names_in_body(node.body, prefix=f"{prefix}{node.name}::")
+
+
+def _has_init(node: ast.ClassDef) -> bool:
+    # pytest refuses to collect test classes with an __init__ (it warns and skips them).
+    return any(isinstance(item, ast.FunctionDef) and item.name == "__init__" for item in node.body)

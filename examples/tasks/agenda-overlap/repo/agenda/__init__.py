@@ -1,0 +1,1 @@
+"""A one-day agenda of meetings, in minutes since midnight."""

@@ -1,0 +1,6 @@
+"""Moving money between accounts."""
+
+
+def transfer(source, target, amount):
+    target.deposit(amount)
+    source.withdraw(amount)

@@ -1,0 +1,1 @@
+"""A minimal CSV reader (one record per line, no embedded newlines)."""

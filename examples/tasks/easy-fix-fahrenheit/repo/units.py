@@ -1,0 +1,9 @@
+"""Temperature units."""
+
+
+def celsius_to_fahrenheit(c):
+    return c * 9 / 5
+
+
+def fahrenheit_to_celsius(f):
+    return (f - 32) * 5 / 9

@@ -1,0 +1,6 @@
+"""Greetings."""
+
+
+def greet(name):
+    """Return 'Hello, NAME!'."""
+    return f"Hello {name}"

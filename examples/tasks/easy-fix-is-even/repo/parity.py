@@ -1,0 +1,6 @@
+"""Parity of integers."""
+
+
+def is_even(n):
+    """Return True when n is even."""
+    return n % 2 == 1

@@ -1,0 +1,1 @@
+"""A small stock-keeping package."""

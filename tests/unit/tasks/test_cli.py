@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from actors.tasks.cli import register
+
+from .helpers import make_task
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="trialog")
+    register(parser.add_subparsers(dest="command", required=True))
+    return parser
+
+
+def run(*argv: str) -> int:
+    args = _parser().parse_args(argv)
+    code: int = args.handler(args)
+    return code
+
+
+def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["tasks", "--help"])
+    out = capsys.readouterr().out
+    assert "import" in out and "decontaminate" in out
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["tasks", "import", "--help"])
+    assert "humaneval" in capsys.readouterr().out
+
+
+def test_decontaminate_requires_both_sets(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        _parser().parse_args(["tasks", "decontaminate", "--train", "x"])
+    assert exited.value.code == 2
+    assert "--eval" in capsys.readouterr().err
+
+
+def test_decontaminate_exit_codes_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    make_task(tmp_path / "eval" / "e", task_id="e")
+    make_task(tmp_path / "train" / "copy", task_id="copy")  # the same task under another id: contaminated
+    assert (
+        run("tasks", "decontaminate", "--train", str(tmp_path / "train"), "--eval", str(tmp_path / "eval"))
+        == 1
+    )
+    out, err = capsys.readouterr()
+    assert "FLAGGED copy" in out and "1 of 1 train tasks flagged" in out and "indexed" in err
+
+    argv = ["tasks", "decontaminate", "--train", str(tmp_path / "train"), "--eval", str(tmp_path / "eval")]
+    assert run(*argv, "--json", "--ngram", "400") == 0  # no text is 400 words long: nothing shared
+    report = json.loads(capsys.readouterr().out)
+    assert report["flagged"] == [] and report["ngram"] == 400 and report["train_tasks"] == 1
+
+
+def test_decontaminate_malformed_task_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    make_task(tmp_path / "eval" / "e", task_id="e")
+    broken = make_task(tmp_path / "train" / "t", task_id="t")
+    (broken / "solution.patch").unlink()
+    assert (
+        run("tasks", "decontaminate", "--train", str(tmp_path / "train"), "--eval", str(tmp_path / "eval"))
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert "trialog tasks decontaminate:" in err and "solution.patch: is missing" in err
+    assert (
+        run("tasks", "decontaminate", "--train", str(tmp_path / "eval"), "--eval", "x", "--ngram", "0") == 2
+    )
+
+
+def test_import_humaneval_errors_are_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert (
+        run("tasks", "import", "humaneval", str(tmp_path / "out"), "--source", str(tmp_path / "none.whl"))
+        == 2
+    )
+    assert "cannot read HumanEval data" in capsys.readouterr().err

@@ -1,0 +1,241 @@
+from __future__ import annotations
+
+import os
+import shutil
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from actors.tasks.spec import (
+    TaskError,
+    TaskMeta,
+    TaskSpec,
+    find_tasks,
+    load_task,
+    load_tasks,
+    parse_spec,
+    spec_to_toml,
+    task_version,
+)
+
+from .helpers import REPO, SOLVED, TASK_TOML, make_task
+
+
+def test_valid_task_loads(tmp_path: Path) -> None:
+    task = load_task(make_task(tmp_path / "t"))
+    assert task.id == "calc-add"
+    assert task.spec == TaskSpec(
+        id="calc-add",
+        instruction="Make add() add.",
+        timeout_s=20.0,
+        protected=("tests/**",),
+        meta=TaskMeta(difficulty="easy", tags=("test",)),
+    )
+    assert task.test_ids == ("tests/test_calc.py::test_add", "tests/test_calc.py::test_zero")
+    assert [f.path for f in task.solution] == ["calc.py"]
+    assert len(task.version) == 64
+    solved = task.copy_repo(tmp_path / "solved", solved=True)
+    assert (solved / "calc.py").read_text() == SOLVED["calc.py"]
+    assert (task.copy_repo(tmp_path / "plain") / "calc.py").read_text() == REPO["calc.py"]
+    assert task.spec.as_dict()["meta"] == {"difficulty": "easy", "tags": ["test"], "source": None}
+
+
+def _toml(**replace: str) -> str:
+    text = TASK_TOML.format(id="calc-add", protected='["tests/**"]')
+    for old, new in replace.items():
+        text = text.replace(old.replace("_EQ_", " = "), new)
+    return text
+
+
+def _set_toml(text: str) -> Callable[[Path], None]:
+    def mutate(root: Path) -> None:
+        (root / "task.toml").write_text(text)
+
+    return mutate
+
+
+def _remove(relative: str) -> Callable[[Path], None]:
+    def mutate(root: Path) -> None:
+        target = root / relative
+        shutil.rmtree(target) if target.is_dir() else target.unlink()
+
+    return mutate
+
+
+def _write(relative: str, text: str) -> Callable[[Path], None]:
+    def mutate(root: Path) -> None:
+        (root / relative).parent.mkdir(parents=True, exist_ok=True)
+        (root / relative).write_text(text)
+
+    return mutate
+
+
+def _link(relative: str, target: str) -> Callable[[Path], None]:
+    def mutate(root: Path) -> None:
+        os.symlink(target, root / relative)
+
+    return mutate
+
+
+BAD_PATCH = (
+    "--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a * b\n+    return a + b\n"
+)
+PROTECTED_PATCH = (
+    "--- a/tests/test_visible.py\n+++ b/tests/test_visible.py\n@@ -1,2 +1,2 @@\n"
+    " def test_nothing():\n-    pass\n+    assert True\n"
+)
+
+MALFORMED = {
+    "missing task.toml": (_remove("task.toml"), "task.toml", "is missing"),
+    "bad toml": (_set_toml("id = \n"), "task.toml", "not valid TOML"),
+    "missing id": (_set_toml(_toml(**{'id = "calc-add"': ""})), "task.toml", "'id' is missing"),
+    "bad id": (_set_toml(_toml(**{'"calc-add"': '"calc add/1"'})), "task.toml", "'id' is not valid"),
+    "id not a string": (_set_toml(_toml(**{'"calc-add"': "7"})), "task.toml", "'id' must be a string"),
+    "empty instruction": (
+        _set_toml(_toml(**{'"Make add() add."': '"  "'})),
+        "task.toml",
+        "'instruction' must not be empty",
+    ),
+    "timeout as string": (
+        _set_toml(_toml(**{"timeout_s = 20": 'timeout_s = "20"'})),
+        "task.toml",
+        "'timeout_s'",
+    ),
+    "timeout as bool": (_set_toml(_toml(**{"timeout_s = 20": "timeout_s = true"})), "task.toml", "got bool"),
+    "negative timeout": (
+        _set_toml(_toml(**{"timeout_s = 20": "timeout_s = -1"})),
+        "task.toml",
+        "must be > 0",
+    ),
+    "infinite timeout": (
+        _set_toml(_toml(**{"timeout_s = 20": "timeout_s = inf"})),
+        "task.toml",
+        "must be > 0",
+    ),
+    "typo": (
+        _set_toml(_toml(**{"timeout_s = 20": "timeout_s = 20\ntimout_s = 5"})),
+        "task.toml",
+        "'timout_s'",
+    ),
+    "meta typo": (_set_toml(_toml(**{"[meta]": "[meta]\ntag = 'x'"})), "task.toml", "'meta.tag'"),
+    "bad difficulty": (
+        _set_toml(_toml(**{'"easy"': '"trivial"'})),
+        "task.toml",
+        "'meta.difficulty' must be one of",
+    ),
+    "tags not strings": (
+        _set_toml(_toml(**{'["test"]': "[1, 2]"})),
+        "task.toml",
+        "'meta.tags' must be a list",
+    ),
+    "meta not a table": (
+        _set_toml('id = "x"\ninstruction = "y"\ntimeout_s = 1\nmeta = 3\n'),
+        "task.toml",
+        "table",
+    ),
+    "bad glob": (_set_toml(_toml(**{'["tests/**"]': '["../x"]'})), "task.toml", "bad glob '../x'"),
+    "protected not a list": (_set_toml(_toml(**{'["tests/**"]': '"tests"'})), "task.toml", "must be a list"),
+    "missing repo": (_remove("repo"), "repo", "is missing"),
+    "missing tests": (_remove("tests"), "tests", "is missing"),
+    "no tests": (_write("tests/test_calc.py", "def helper():\n    pass\n"), "tests", "holds no tests"),
+    "test syntax error": (_write("tests/test_calc.py", "def test(:\n"), "tests/test_calc.py", "syntax error"),
+    "missing patch": (_remove("solution.patch"), "solution.patch", "is missing"),
+    "patch does not apply": (
+        _write("solution.patch", BAD_PATCH),
+        "solution.patch",
+        "does not apply to repo/",
+    ),
+    "patch is garbage": (_write("solution.patch", "hello\n"), "solution.patch", "no file sections"),
+    "patch touches protected": (
+        _write("solution.patch", PROTECTED_PATCH),
+        "solution.patch",
+        "changes protected",
+    ),
+    "escaping link": (_link("repo/secret", "/etc/passwd"), "repo/secret", "symbolic link that leaves repo/"),
+    "relative escaping link": (_link("tests/up", "../../x"), "tests/up", "symbolic link that leaves tests/"),
+    "git history": (_write("repo/.git/HEAD", "ref: refs/heads/main\n"), "repo/.git", "without git history"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_malformed_tasks_name_file_and_problem(tmp_path: Path, case: str) -> None:
+    mutate, relative, problem = MALFORMED[case]
+    root = make_task(tmp_path / "t")
+    mutate(root)
+    with pytest.raises(TaskError) as raised:
+        load_task(root)
+    assert raised.value.path == root / relative
+    assert problem in raised.value.problem
+    assert str(raised.value).startswith(str(root / relative))
+
+
+def test_internal_links_are_allowed(tmp_path: Path) -> None:
+    root = make_task(tmp_path / "t")
+    os.symlink("calc.py", root / "repo" / "alias.py")
+    assert load_task(root).id == "calc-add"
+
+
+def test_version_is_a_content_hash(tmp_path: Path) -> None:
+    a, b = make_task(tmp_path / "a"), make_task(tmp_path / "b")
+    assert task_version(a) == task_version(b)  # same content, different place
+    (b / "repo" / "__pycache__").mkdir()
+    (b / "repo" / "__pycache__" / "calc.cpython-311.pyc").write_bytes(b"junk")
+    (b / "repo" / "stray.pyc").write_bytes(b"junk")
+    (b / "repo" / "empty-folder").mkdir()
+    os.chmod(b / "repo" / "calc.py", 0o755)
+    assert task_version(a) == task_version(b)  # caches, empty folders and modes are not content
+    (b / "repo" / "calc.py").write_text(SOLVED["calc.py"])
+    assert task_version(a) != task_version(b)
+    (b / "repo" / "calc.py").write_text(REPO["calc.py"])
+    (b / "repo" / "calc.py").rename(b / "repo" / "calc2.py")
+    assert task_version(a) != task_version(b)  # a rename is a change
+
+
+def test_version_counts_links_by_target(tmp_path: Path) -> None:
+    a, b = make_task(tmp_path / "a"), make_task(tmp_path / "b")
+    os.symlink("calc.py", a / "repo" / "link.py")
+    os.symlink("tests/test_visible.py", b / "repo" / "link.py")
+    assert task_version(a) != task_version(b)
+
+
+def test_find_and_load_task_sets(tmp_path: Path) -> None:
+    make_task(tmp_path / "set" / "b", task_id="b")
+    make_task(tmp_path / "set" / "group" / "a", task_id="a")
+    (tmp_path / "set" / ".hidden").mkdir()
+    assert find_tasks(tmp_path / "set") == [tmp_path / "set" / "b", tmp_path / "set" / "group" / "a"]
+    assert find_tasks(tmp_path / "set" / "b") == [tmp_path / "set" / "b"]
+    assert [t.id for t in load_tasks([tmp_path / "set"])] == ["b", "a"]
+    make_task(tmp_path / "other" / "b", task_id="b")
+    with pytest.raises(TaskError, match="is also used by"):
+        load_tasks([tmp_path / "set", tmp_path / "other"])
+    with pytest.raises(TaskError, match="is not a folder"):
+        find_tasks(tmp_path / "nowhere")
+
+
+_TEXT = st.text(st.characters(exclude_categories=["Cs"]), min_size=1).filter(str.strip)
+_SPECS = st.builds(
+    TaskSpec,
+    id=st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,20}", fullmatch=True),
+    instruction=_TEXT,
+    timeout_s=st.floats(min_value=0.001, max_value=86400, allow_nan=False),
+    build_command=st.none() | _TEXT,
+    protected=st.lists(st.sampled_from(["tests", "tests/**", "*.cfg", "**/conftest.py"]), unique=True).map(
+        tuple
+    ),
+    image=st.none() | _TEXT,
+    meta=st.builds(
+        TaskMeta,
+        difficulty=st.none() | st.sampled_from(["easy", "medium", "hard"]),
+        tags=st.lists(_TEXT, max_size=3).map(tuple),
+        source=st.none() | _TEXT,
+    ),
+)
+
+
+@given(_SPECS)
+def test_spec_toml_round_trips(spec: TaskSpec) -> None:
+    assert parse_spec(tomllib.loads(spec_to_toml(spec)), Path("task.toml")) == spec

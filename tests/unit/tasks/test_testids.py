@@ -1,0 +1,94 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from actors.tasks.testids import TestFileError, discover_test_ids
+
+from .helpers import write_tree
+
+SOURCE = """
+import pytest
+
+
+def helper():
+    pass
+
+
+def test_plain():
+    pass
+
+
+async def test_async():
+    pass
+
+
+@pytest.mark.parametrize("x", [1, 2])
+def test_param(x):
+    pass
+
+
+def test_plain():  # redefined: pytest collects it once
+    pass
+
+
+class TestGroup:
+    def test_method(self):
+        pass
+
+    def not_a_test(self):
+        pass
+
+    class TestNested:
+        def test_inner(self):
+            pass
+
+
+class TestWithInit:
+    def __init__(self):
+        pass
+
+    def test_never_collected(self):
+        pass
+
+
+class Helper:
+    def test_not_in_a_test_class(self):
+        pass
+"""
+
+
+def test_ids_follow_pytest_defaults(tmp_path: Path) -> None:
+    write_tree(
+        tmp_path / "tests",
+        {
+            "test_a.py": SOURCE,
+            "sub/b_test.py": "def test_b():\n    pass\n",
+            "helpers.py": "def test_ignored():\n    pass\n",
+            "conftest.py": "def test_ignored():\n    pass\n",
+            "__pycache__/test_cached.py": "def test_ignored():\n    pass\n",
+        },
+    )
+    assert discover_test_ids(tmp_path, tmp_path / "tests") == (
+        "tests/sub/b_test.py::test_b",
+        "tests/test_a.py::test_plain",
+        "tests/test_a.py::test_async",
+        "tests/test_a.py::test_param",
+        "tests/test_a.py::TestGroup::test_method",
+        "tests/test_a.py::TestGroup::TestNested::test_inner",
+    )
+
+
+def test_syntax_errors_name_the_file(tmp_path: Path) -> None:
+    write_tree(tmp_path / "tests", {"test_bad.py": "def test_x(:\n"})
+    with pytest.raises(TestFileError) as raised:
+        discover_test_ids(tmp_path, tmp_path / "tests")
+    assert raised.value.path == tmp_path / "tests" / "test_bad.py"
+    assert "syntax error at line 1" in str(raised.value)
+
+
+def test_brackets_in_paths_are_refused(tmp_path: Path) -> None:
+    write_tree(tmp_path / "tests", {"test_[x].py": "def test_x():\n    pass\n"})
+    with pytest.raises(TestFileError, match="may not contain"):
+        discover_test_ids(tmp_path, tmp_path / "tests")
