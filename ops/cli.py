@@ -10,9 +10,11 @@ from collections.abc import Callable, Sequence
 
 from ops.console import StackError
 
-BENCHMARKS = {"codec": "ops.bench.codec"}
+BENCHMARKS = {"codec": "ops.bench.codec", "sandbox": "ops.bench.sandbox"}
 # Modules that add a command group with `register(subparsers)`; they import heavy modules only when run.
-COMMAND_GROUPS = ("actors.tasks.cli",)
+COMMAND_GROUPS = ("sandbox_agent.cli", "actors.tasks.cli")
+# Modules that add a worker process under `trialog worker`, the same way.
+WORKER_GROUPS = ("sandbox_agent.worker_cli",)
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -92,6 +94,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     for module_name in COMMAND_GROUPS:
         importlib.import_module(module_name).register(sub)
+    worker = sub.add_parser(
+        "worker", help="run one worker process (scale by running more)", description="Run one worker process."
+    )
+    workers = worker.add_subparsers(dest="worker_kind", required=True, metavar="KIND")
+    for module_name in WORKER_GROUPS:
+        importlib.import_module(module_name).register(workers)
 
     bench = add("bench", _cmd_bench, "run a benchmark and record its figures in BENCHMARKS.md")
     bench.add_argument("bench_name", choices=sorted(BENCHMARKS), metavar="NAME", help=", ".join(BENCHMARKS))

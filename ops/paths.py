@@ -27,6 +27,11 @@ class Paths:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
+    @property
+    def objects(self) -> Path:
+        """The default object store (snapshots, task bundles, large payloads): one folder per stack."""
+        return self.component("objects")
+
     def cached(self, name: str) -> Path:
         path = self.cache / name
         path.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,439 @@
+"""The Docker backend: every sandbox is a locked-down container whose PID 1 is trialog's exec server.
+
+Isolation, for every sandbox: no network at all (`network_mode=none`: loopback only), the image's non-root
+user, every capability dropped, no-new-privileges, a read-only root file system with size-capped tmpfs
+mounts for /workspace and /tmp (so a full disk is the sandbox's own ENOSPC, never the host's), no IPC
+namespace sharing and no /dev/shm, no log driver (PID 1's output cannot fill the host's disk), and nothing
+from the host mounted (no Docker socket, no host paths). Quotas: memory with swap off, CPUs, pids.
+
+PID 1 (exec_server.py) reaps orphans, so a killed fork bomb leaves no zombies holding pids, and runs the
+commands trialog sends down the attach stream: about a fork per command instead of a `docker exec`.
+Each command runs in its own process group under the exec's wall-time limit; the group is killed when
+the command ends, and on a timeout every other process of the sandbox is killed too. Where the channel
+is not available (it broke, or the image's Python cannot harden the server) commands go through
+`docker exec` with the same semantics (`timeout -s KILL` and a process-group wrapper). File transfers
+stream tar through a command (Docker's archive API cannot write into a read-only container nor read
+tmpfs mounts).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import docker
+from docker.errors import APIError, ImageNotFound, NotFound
+from docker.types import LogConfig
+
+from sandbox_agent.backend import DEFAULT_EXEC_LIMITS, Sandbox
+from sandbox_agent.docker_exec import (
+    GROUP_WRAPPER,
+    KILL_STRAGGLERS_ARGV,
+    KILLED_EXIT_CODE,
+    OOM_COUNTER_ARGV,
+    ByteSink,
+    ExecOutcome,
+    Sink,
+    judged_timed_out,
+    oom_kill_count,
+    run_exec,
+)
+from sandbox_agent.errors import SandboxError, SandboxFileNotFound, SandboxGone
+from sandbox_agent.exec_channel import SERVER_COMMAND, ChannelBroken, ChannelTimeout, ExecChannel
+from sandbox_agent.limits import MIB, ExecLimits, SandboxSpec
+from sandbox_agent.listing import (
+    FIND_FORMAT,
+    LIST_SCRIPT,
+    LISTING_ARGV,
+    PAST_RACY_WINDOW_S,
+    HashCache,
+    parse_listing,
+)
+from sandbox_agent.manifest import SnapshotId
+from sandbox_agent.output import BoundedOutput
+from sandbox_agent.paths import WORKSPACE, workspace_relative
+from sandbox_agent.results import ExecResult
+from sandbox_agent.snapshots import MissingContent, SnapshotStore
+from sandbox_agent.tarball import TarFile, files_tar, regular_files, tree_tar
+from schemas.blobs import ObjectStore
+
+log = logging.getLogger(__name__)
+
+SANDBOX_LABEL = "dev.trialog.sandbox"
+SANDBOX_USER = "1000:1000"  # the `agent` user of trialog's sandbox image
+HUNG_GRACE_S = 5.0  # past the timeout, how long the host waits for the streams to close
+INTERNAL_DEADLINE_S = 120.0  # trialog's own transfers (listing, tar) in a sandbox
+READ_MAX_BYTES = 64 * MIB
+
+CHANNEL_HELLO_S = 20.0  # how long a new sandbox's exec server may take to start
+
+# Clear the workspace (a read-only folder must not stop it), extract, then list what was extracted once
+# it is past the racy window, so the next snapshot knows these files without fetching them again.
+RESTORE_ARGV = [
+    "sh",
+    "-c",
+    f"cd {WORKSPACE} && chmod -R u+rwX . 2>/dev/null; find . -mindepth 1 -delete "
+    f"&& tar -x -p -m --no-same-owner -f - && sleep {PAST_RACY_WINDOW_S:.3f} && {LIST_SCRIPT}",
+    FIND_FORMAT,
+]
+# --verbatim-files-from: a listed name that starts with '-' is a file, never an option to tar.
+FETCH_ARGV = [
+    "tar", "-c", "-f", "-", "-C", WORKSPACE, "--no-recursion", "--ignore-failed-read",
+    "--null", "--verbatim-files-from", "-T", "-",
+]  # fmt: skip
+WRITE_ARGV = ["tar", "-x", "-m", "-C", WORKSPACE, "-f", "-"]
+INPUTS = "/inputs"  # root-owned tmpfs: only trialog (exec as uid 0, still without capabilities) writes it
+INPUTS_BYTES = 64 * MIB
+INPUTS_ARGV = ["tar", "-x", "-m", "--no-same-owner", "-C", INPUTS, "-f", "-"]
+
+
+@dataclass
+class _SandboxState:
+    oom_kills: int = 0  # a new container's memory cgroup starts at zero
+    hashes: HashCache = field(default_factory=HashCache)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    channel: ExecChannel | None = None  # None: commands go through `docker exec`
+    channel_lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class DockerBackend:
+    """A `SandboxBackend` on a Docker engine (docker SDK). Snapshots go to the given object store."""
+
+    def __init__(
+        self,
+        client: docker.DockerClient,
+        objects: ObjectStore,
+        *,
+        labels: Mapping[str, str] | None = None,
+        user: str = SANDBOX_USER,
+        exec_channel: bool = True,
+    ) -> None:
+        self._api: Any = client.api
+        self.snapshots = SnapshotStore(objects)
+        self._labels = {SANDBOX_LABEL: "1", **(labels or {})}
+        self._user = user
+        self._use_channel = exec_channel
+        self._states: dict[str, _SandboxState] = {}
+        self._states_lock = threading.Lock()
+
+    @property
+    def workspace_path(self) -> str:
+        return WORKSPACE
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+
+    def create(self, spec: SandboxSpec) -> Sandbox:
+        try:
+            created = self._api.create_container(
+                spec.image,
+                command=SERVER_COMMAND,
+                user=self._user,
+                working_dir=WORKSPACE,
+                environment={"HOME": "/tmp"},  # the image's home is on the read-only root
+                labels=self._labels,
+                stdin_open=self._use_channel,
+                host_config=self._host_config(spec),
+            )
+        except ImageNotFound as exc:
+            raise SandboxError(f"no image {spec.image!r}: run `trialog sandbox images`") from exc
+        except APIError as exc:
+            explanation = exc.explanation or exc
+            raise SandboxError(f"cannot create a sandbox from {spec.image}: {explanation}") from exc
+        sandbox = Sandbox(created["Id"], spec)
+        try:
+            state = self._start(sandbox)
+        except BaseException:
+            self.destroy(sandbox)  # never leave a half-made container behind
+            raise
+        with self._states_lock:
+            self._states[sandbox.id] = state
+        return sandbox
+
+    def _start(self, sandbox: Sandbox) -> _SandboxState:
+        state = _SandboxState()
+        if self._use_channel:
+            state.channel = ExecChannel.attach(self._api, sandbox.id)  # before the start: miss nothing
+        try:
+            self._api.start(sandbox.id)
+        except APIError as exc:
+            raise SandboxError(f"cannot start sandbox {sandbox.id[:12]}: {exc.explanation or exc}") from exc
+        if state.channel is not None:
+            self._greet(sandbox, state)
+        return state
+
+    def _greet(self, sandbox: Sandbox, state: _SandboxState) -> None:
+        """Keep the channel only if the server is up and hardened; else fall back to `docker exec`."""
+        assert state.channel is not None
+        try:
+            hardened = state.channel.hello(CHANNEL_HELLO_S)
+        except SandboxGone as exc:
+            raise SandboxError(
+                f"sandbox {sandbox.id[:12]} stopped at once (does its image have python3?)"
+            ) from exc
+        except ChannelBroken as exc:
+            log.warning("sandbox %s: no exec server (%s); using docker exec", sandbox.id[:12], exc)
+            hardened = False
+        if not hardened:
+            state.channel.close()
+            state.channel = None
+
+    def _host_config(self, spec: SandboxSpec) -> Any:
+        quotas = spec.quotas
+        uid, _, gid = self._user.partition(":")
+        owner = f"uid={uid},gid={gid or uid}"
+        return self._api.create_host_config(
+            network_mode="none",
+            read_only=True,
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            ipc_mode="none",
+            log_config=LogConfig(type="none"),
+            mem_limit=quotas.memory_bytes,
+            memswap_limit=quotas.memory_bytes,  # equal to the memory limit: no swap
+            nano_cpus=int(quotas.cpus * 1e9),
+            pids_limit=quotas.pids,
+            tmpfs={
+                WORKSPACE: f"size={quotas.workspace_bytes},{owner},mode=0755,exec,nosuid,nodev",
+                "/tmp": f"size={quotas.tmp_bytes},mode=1777,exec,nosuid,nodev",
+                INPUTS: f"size={INPUTS_BYTES},uid=0,gid=0,mode=0755,noexec,nosuid,nodev",
+            },
+        )
+
+    def destroy(self, sandbox: Sandbox) -> None:
+        with self._states_lock:
+            state = self._states.pop(sandbox.id, None)
+        if state is not None and state.channel is not None:
+            state.channel.close()
+        try:
+            self._api.remove_container(sandbox.id, force=True, v=True)
+        except NotFound:
+            pass
+        except APIError as exc:
+            if exc.status_code != 409:  # 409: removal already in progress
+                raise SandboxError(f"cannot remove sandbox {sandbox.id[:12]}: {exc.explanation}") from exc
+
+    def _state(self, sandbox: Sandbox) -> _SandboxState:
+        with self._states_lock:
+            state = self._states.get(sandbox.id)
+            if state is None:  # a sandbox this process did not create (e.g. after a restart): start afresh
+                state = self._states[sandbox.id] = _SandboxState()
+            return state
+
+    def _channel(self, sandbox: Sandbox) -> ExecChannel | None:
+        """The sandbox's exec channel; None: use docker exec (the channel broke, or this backend did not
+        create the sandbox: a second client on the attach stream could stall the first, so none is made)."""
+        state = self._state(sandbox)
+        with state.channel_lock:
+            if state.channel is not None and state.channel.broken:
+                state.channel.close()  # it missed its deadline once: it cannot be trusted to be in step
+                state.channel = None
+            return state.channel
+
+    # -- commands ------------------------------------------------------------------------------------
+
+    def exec(
+        self,
+        sandbox: Sandbox,
+        argv: Sequence[str],
+        *,
+        limits: ExecLimits = DEFAULT_EXEC_LIMITS,
+        stdin: bytes | None = None,
+    ) -> ExecResult:
+        if not argv:
+            raise ValueError("an empty command")
+        channel = self._channel(sandbox)
+        if channel is None:
+            return self._exec_via_docker(sandbox, argv, limits, stdin)
+        deadline_s = limits.timeout_s + HUNG_GRACE_S
+        try:
+            answer = channel.run(
+                argv, timeout_s=limits.timeout_s, deadline_s=deadline_s, stdin=stdin, cap=limits.output_bytes
+            )
+        except ChannelTimeout:
+            self._kill_stragglers(sandbox)  # the channel is dropped: this goes through docker exec
+            message = (
+                f"trialog: no answer from the sandbox in {deadline_s:.0f} s; everything in it was killed\n"
+            )
+            return ExecResult(KILLED_EXIT_CODE, "", message, timed_out=True, duration_s=deadline_s)
+        stdout, stderr = answer.stdout or BoundedOutput(0), answer.stderr or BoundedOutput(0)
+        return ExecResult(
+            exit_code=answer.exit_code,
+            stdout=stdout.text(),
+            stderr=stderr.text(),
+            timed_out=answer.timed_out,
+            oom_killed=answer.oom_kills > 0,
+            stdout_dropped=stdout.dropped,
+            stderr_dropped=stderr.dropped,
+            stdout_bytes=stdout.total,
+            stderr_bytes=stderr.total,
+            duration_s=answer.duration_s,
+        )
+
+    def _exec_via_docker(
+        self, sandbox: Sandbox, argv: Sequence[str], limits: ExecLimits, stdin: bytes | None
+    ) -> ExecResult:
+        stdout, stderr = BoundedOutput(limits.output_bytes), BoundedOutput(limits.output_bytes)
+        wrapped = ["sh", "-c", GROUP_WRAPPER, f"{limits.timeout_s:.3f}s", *argv]
+        outcome = self._exec(sandbox, wrapped, stdout, stderr, stdin, limits.timeout_s + HUNG_GRACE_S)
+        timed_out = judged_timed_out(outcome.exit_code, outcome.duration_s, limits.timeout_s)
+        if timed_out:
+            self._kill_stragglers(sandbox)
+        exit_code = KILLED_EXIT_CODE if outcome.exit_code is None else outcome.exit_code
+        return ExecResult(
+            exit_code=exit_code,
+            stdout=stdout.text(),
+            stderr=stderr.text(),
+            timed_out=timed_out,
+            oom_killed=exit_code != 0 and self._new_oom_kills(sandbox),
+            stdout_dropped=stdout.dropped,
+            stderr_dropped=stderr.dropped,
+            stdout_bytes=stdout.total,
+            stderr_bytes=stderr.total,
+            duration_s=outcome.duration_s,
+        )
+
+    def _exec(
+        self,
+        sandbox: Sandbox,
+        argv: Sequence[str],
+        out: Sink,
+        err: Sink,
+        stdin: bytes | None,
+        deadline_s: float,
+    ) -> ExecOutcome:
+        return run_exec(
+            self._api, sandbox.id, argv, stdout=out, stderr=err, stdin=stdin, deadline_s=deadline_s
+        )
+
+    def _run(
+        self,
+        sandbox: Sandbox,
+        argv: Sequence[str],
+        *,
+        stdin: bytes | None = None,
+        max_output: int = 16 * MIB,
+        deadline_s: float = INTERNAL_DEADLINE_S,
+    ) -> tuple[int, bytes, bytes]:
+        """One of trialog's own commands: all of its output, or an error."""
+        out, err = ByteSink(max_output), ByteSink(64 * 1024)
+        channel = self._channel(sandbox)
+        code: int | None
+        if channel is not None:
+            try:
+                host_deadline = deadline_s + HUNG_GRACE_S
+                answer = channel.run(
+                    argv, timeout_s=deadline_s, deadline_s=host_deadline, stdin=stdin, stdout=out, stderr=err
+                )
+                code = None if answer.timed_out else answer.exit_code
+            except ChannelTimeout:
+                code = None
+        else:
+            code = self._exec(sandbox, argv, out, err, stdin, deadline_s).exit_code
+        if code is None:
+            raise SandboxError(f"{argv[0]} in sandbox {sandbox.id[:12]} did not finish in {deadline_s:.0f} s")
+        if out.overflowed:
+            raise SandboxError(f"{argv[0]} in sandbox {sandbox.id[:12]} wrote over {max_output} bytes")
+        return code, bytes(out.data), bytes(err.data)
+
+    def _kill_stragglers(self, sandbox: Sandbox) -> None:
+        # This may fail (no pid left to exec with): the caller still sees the timeout and can replace it.
+        with contextlib.suppress(SandboxError):
+            self._run(sandbox, KILL_STRAGGLERS_ARGV, deadline_s=HUNG_GRACE_S)
+
+    def _new_oom_kills(self, sandbox: Sandbox) -> bool:
+        try:
+            _, counters, _ = self._run(sandbox, OOM_COUNTER_ARGV, deadline_s=HUNG_GRACE_S)
+        except SandboxError:
+            return False
+        state = self._state(sandbox)
+        count = oom_kill_count(counters)
+        new, state.oom_kills = count > state.oom_kills, count
+        return new
+
+    # -- files ---------------------------------------------------------------------------------------
+
+    def write_files(self, sandbox: Sandbox, files: Mapping[str, bytes]) -> None:
+        relative = {workspace_relative(path): body for path, body in files.items()}
+        code, _, err = self._run(sandbox, WRITE_ARGV, stdin=files_tar(relative))
+        if code != 0:
+            raise SandboxError(f"writing {sorted(relative)} failed: {err.decode(errors='replace').strip()}")
+
+    def write_inputs(self, sandbox: Sandbox, files: Mapping[str, bytes]) -> str:
+        """Files under /inputs, owned by root and read-only: the sandbox's user can read, never change them.
+        Written by a `docker exec` as uid 0 (no capabilities even so), never through the exec server."""
+        relative = {workspace_relative(path): body for path, body in files.items()}
+        out, err = ByteSink(64 * 1024), ByteSink(64 * 1024)
+        archive = files_tar(relative, mode=0o444)
+        outcome = run_exec(
+            self._api, sandbox.id, INPUTS_ARGV, stdout=out, stderr=err, stdin=archive,
+            deadline_s=INTERNAL_DEADLINE_S, user="0",
+        )  # fmt: skip
+        if outcome.exit_code != 0:
+            detail = bytes(err.data).decode(errors="replace").strip()
+            raise SandboxError(f"writing inputs {sorted(relative)} failed: {detail or outcome}")
+        return INPUTS
+
+    def read_file(self, sandbox: Sandbox, path: str) -> bytes:
+        relative = workspace_relative(path)
+        code, body, err = self._run(
+            sandbox, ["cat", "--", f"{WORKSPACE}/{relative}"], max_output=READ_MAX_BYTES
+        )
+        if code == 0:
+            return body
+        if b"No such file" in err:
+            raise SandboxFileNotFound(f"{relative} is not in the workspace")
+        raise SandboxError(f"reading {relative} failed: {err.decode(errors='replace').strip()}")
+
+    # -- snapshots -----------------------------------------------------------------------------------
+
+    def snapshot(self, sandbox: Sandbox) -> SnapshotId:
+        state = self._state(sandbox)
+        with state.lock:
+            try:
+                return self._snapshot(sandbox, state.hashes)
+            except MissingContent:  # the store lost blobs this sandbox had stored: fetch everything
+                state.hashes.forget()
+                return self._snapshot(sandbox, state.hashes)
+
+    def _snapshot(self, sandbox: Sandbox, hashes: HashCache) -> SnapshotId:
+        code, listed, err = self._run(sandbox, LISTING_ARGV)
+        if code not in (0, 1):  # 1: some folder was unreadable (the agent's doing); the rest is listed
+            raise SandboxError(f"listing the workspace failed: {err.decode(errors='replace').strip()}")
+        listing = parse_listing(listed)
+        stale = hashes.stale(listing)
+        fetched = self._fetch(sandbox, stale) if stale else {}
+        digests = {path: hashlib.sha256(body.content).hexdigest() for path, body in fetched.items()}
+        manifest = hashes.manifest(listing, fetched, digests)
+        contents = {digests[path]: body.content for path, body in fetched.items()}
+        snapshot_id = self.snapshots.save(manifest, contents)
+        hashes.remember(listing, fetched, digests)
+        return snapshot_id
+
+    def _fetch(self, sandbox: Sandbox, paths: list[str]) -> dict[str, TarFile]:
+        names = b"".join(path.encode("utf-8", "surrogateescape") + b"\0" for path in paths)
+        most = sandbox.spec.quotas.workspace_bytes + 1024 * len(paths) + MIB  # the files plus tar headers
+        _, archive, _ = self._run(sandbox, FETCH_ARGV, stdin=names, max_output=most)
+        return regular_files(archive)
+
+    def restore(self, sandbox: Sandbox, snapshot_id: SnapshotId) -> None:
+        manifest = self.snapshots.load(snapshot_id)
+        archive = tree_tar(manifest, self.snapshots.content)
+        state = self._state(sandbox)
+        with state.lock:
+            state.hashes.forget()
+            code, listed, err = self._run(sandbox, RESTORE_ARGV, stdin=archive)
+            if code != 0:
+                raise SandboxError(f"restoring {snapshot_id} failed: {err.decode(errors='replace').strip()}")
+            state.hashes.seed(parse_listing(listed), manifest)
+
+
+def is_running(client: docker.DockerClient, sandbox: Sandbox) -> bool:
+    try:
+        return bool(client.api.inspect_container(sandbox.id)["State"]["Running"])
+    except NotFound:
+        return False

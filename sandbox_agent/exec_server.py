@@ -1,0 +1,346 @@
+"""PID 1 of every Docker sandbox: reaps orphans and runs trialog's commands, sent over the attach stream.
+
+A `docker exec` costs tens of milliseconds (a runc process, namespaces joined, the engine's book-keeping);
+a command sent to this server costs about one fork. The server is started as the container's command
+(`python3 -I -S -c <this file>`), so it runs inside every quota of the sandbox, as the sandbox's user.
+
+The agent's code cannot reach it: the server makes itself non-dumpable at once, so processes of the same
+user can neither ptrace it nor open /proc/1/fd/* (its stdin and stdout, i.e. trialog's channel); and the
+kernel ignores signals sent to a namespace's init from inside it, so it cannot be killed from the sandbox.
+
+Protocol. Requests, on stdin: a JSON line, then `stdin` bytes of input for the command. Answers, on
+stdout: frames of (kind: 1 byte, request id: 8 bytes, length: 4 bytes, payload). Kinds: `h` hello (JSON:
+hardened), `o`/`e` a chunk of stdout/stderr (mode "stream"), `r` the result (JSON: exit code, timed out,
+OOM kills during the command, and in mode "cap" each stream's head and tail in base64 and total size).
+Request fields: id, argv, timeout (s), stdin (bytes that follow), mode ("cap" or "stream"), cap (bytes kept
+per stream in mode "cap"), env (added variables). Only one client may be attached at a time: Docker
+copies the container's output to every attached client, and one that does not read would stall it.
+
+This file is standard library only and runs on the sandbox image's Python (3.11).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import ctypes
+import json
+import os
+import select
+import signal
+import struct
+import sys
+import threading
+import time
+from typing import Any
+
+FRAME = struct.Struct(">cQI")
+PR_SET_DUMPABLE = 4
+KILLED = 128 + signal.SIGKILL
+GRACE_AFTER_EXIT_S = 1.0  # how long streams held open by escaped processes are still read after the exit
+IDLE_REAP_S = 0.5
+CHUNK = 65536
+
+
+def harden() -> bool:
+    """Non-dumpable: no ptrace and no /proc/1/fd for processes of the same user. True when it took."""
+    try:
+        return int(ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+class Input:
+    """Buffered reads of fd 0 that can also wait with a timeout (a BufferedReader cannot be selected)."""
+
+    def __init__(self, fd: int = 0) -> None:
+        self.fd = fd
+        self.buffer = bytearray()
+        self.closed = False
+
+    def readable(self, timeout_s: float) -> bool:
+        return bool(self.buffer) or bool(select.select([self.fd], [], [], timeout_s)[0])
+
+    def _fill(self) -> None:
+        data = os.read(self.fd, CHUNK)
+        if not data:
+            self.closed = True
+            raise EOFError
+        self.buffer += data
+
+    def line(self) -> bytes:
+        while b"\n" not in self.buffer:
+            self._fill()
+        end = self.buffer.index(b"\n") + 1
+        line, self.buffer = bytes(self.buffer[:end]), self.buffer[end:]
+        return line
+
+    def chunk(self, most: int) -> bytes:
+        if not self.buffer:
+            self._fill()
+        piece, self.buffer = bytes(self.buffer[:most]), self.buffer[most:]
+        return piece
+
+
+class Output:
+    """Frames to stdout; only the main thread writes."""
+
+    def __init__(self) -> None:
+        self.stream = sys.stdout.buffer
+
+    def send(self, kind: bytes, request_id: int, payload: bytes) -> None:
+        self.stream.write(FRAME.pack(kind, request_id, len(payload)) + payload)
+        self.stream.flush()
+
+
+class Capped:
+    """Head and tail of a stream, at most `cap` bytes in all (as the host's BoundedOutput keeps them)."""
+
+    def __init__(self, cap: int) -> None:
+        self.head_cap, self.tail_cap = cap - cap // 2, cap // 2
+        self.head, self.tail, self.total = bytearray(), bytearray(), 0
+
+    def write(self, data: bytes) -> None:
+        self.total += len(data)
+        room = self.head_cap - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data and self.tail_cap:
+            self.tail += data[-self.tail_cap :]
+            del self.tail[: max(0, len(self.tail) - self.tail_cap)]
+
+    def summary(self) -> dict[str, Any]:
+        encode = base64.b64encode
+        return {"head": encode(self.head).decode(), "tail": encode(self.tail).decode(), "total": self.total}
+
+
+class Children:
+    """Reaps every child (PID 1 inherits all orphans) and keeps the status of the one being waited for."""
+
+    def __init__(self) -> None:
+        self.statuses: dict[int, int] = {}
+        self.watched: int | None = None
+
+    def reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid == self.watched:
+                self.statuses[pid] = status
+
+    def exit_code(self, pid: int) -> int | None:
+        status = self.statuses.pop(pid, None)
+        return None if status is None else exit_code_of(status)
+
+
+def exit_code_of(status: int) -> int:
+    code = os.waitstatus_to_exitcode(status)
+    return 128 - code if code < 0 else code
+
+
+def oom_kills() -> int:
+    """The memory cgroup's OOM-kill counter (cgroup v1 or v2); 0 where neither can be read."""
+    for path in ("/sys/fs/cgroup/memory/memory.oom_control", "/sys/fs/cgroup/memory.events"):
+        try:
+            with open(path) as counters:
+                for line in counters:
+                    if line.startswith("oom_kill "):
+                        return int(line.split()[1])
+        except OSError:
+            continue
+    return 0
+
+
+def kill_everything_else(children: Children) -> None:
+    """SIGKILL every process but this one (what a timed-out step may have left, even outside its group)."""
+    me = os.getpid()
+    for _ in range(50):  # a fork bomb may still be forking: sweep until nothing is left
+        others = [int(name) for name in os.listdir("/proc") if name.isdigit() and int(name) != me]
+        alive = 0
+        for pid in others:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                alive += 1
+            except (ProcessLookupError, PermissionError):
+                pass
+        children.reap()
+        if not alive:
+            return
+        time.sleep(0.01)
+
+
+def pump_stdin(source: Input, length: int, target: int | None) -> None:
+    """Copy `length` bytes of the request to the command's stdin; the rest is drained if it stops reading."""
+    left = length
+    while left > 0:
+        try:
+            piece = source.chunk(min(left, CHUNK))
+        except EOFError:
+            break
+        left -= len(piece)
+        if target is not None:
+            try:
+                os.write(target, piece)
+            except OSError:  # the command closed its stdin or ended: keep the request stream in step
+                os.close(target)
+                target = None
+    if target is not None:
+        os.close(target)
+
+
+def spawn(request: dict[str, Any]) -> tuple[int, int | None, int, int]:
+    """Start the command in a new session (its own process group); returns pid, stdin, stdout, stderr fds."""
+    out_read, out_write = os.pipe()
+    err_read, err_write = os.pipe()
+    if request["stdin"]:
+        in_read, in_write = os.pipe()
+    else:
+        in_read, in_write = os.open(os.devnull, os.O_RDONLY), -1
+    actions = [(os.POSIX_SPAWN_DUP2, in_read, 0), (os.POSIX_SPAWN_DUP2, out_write, 1)]
+    actions.append((os.POSIX_SPAWN_DUP2, err_write, 2))
+    env = {**os.environ, **request.get("env", {})}
+    try:
+        argv = request["argv"]
+        # Python ignores SIGPIPE and SIGXFSZ; the command must get them as any program expects.
+        pid = os.posix_spawnp(
+            argv[0], argv, env, file_actions=actions, setsid=True, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ)
+        )
+    except BaseException:
+        for fd in (in_read, in_write, out_read, out_write, err_read, err_write):
+            if fd >= 0:
+                os.close(fd)
+        raise
+    for fd in (in_read, out_write, err_write):
+        os.close(fd)
+    return pid, (in_write if in_write >= 0 else None), out_read, err_read
+
+
+def run(request: dict[str, Any], source: Input, output: Output, children: Children) -> dict[str, Any]:
+    deadline = time.monotonic() + float(request["timeout"])
+    request_id = int(request["id"])
+    streamed = request.get("mode") == "stream"
+    caps = {b"o": Capped(int(request.get("cap", 0))), b"e": Capped(int(request.get("cap", 0)))}
+    oom_before = oom_kills()
+    try:
+        pid, stdin_fd, out_fd, err_fd = spawn(request)
+    except OSError as exc:
+        pump_stdin(source, int(request["stdin"]), None)
+        message = f"{request['argv'][0]}: {exc.strerror}\n".encode()
+        if streamed:
+            output.send(b"e", request_id, message)
+        else:
+            caps[b"e"].write(message)
+        return result(127 if isinstance(exc, FileNotFoundError) else 126, False, 0, caps)
+    children.watched = pid
+    feeder = threading.Thread(target=pump_stdin, args=(source, int(request["stdin"]), stdin_fd), daemon=True)
+    feeder.start()
+    open_fds = {out_fd: b"o", err_fd: b"e"}
+    code: int | None = None
+    exited_at, pause = 0.0, 0.0002
+    while True:
+        now = time.monotonic()
+        if code is None and now >= deadline:
+            break
+        if code is not None and (not open_fds or now >= exited_at + GRACE_AFTER_EXIT_S):
+            break
+        if open_fds:
+            ready = select.select(list(open_fds), [], [], max(0.0, min(0.05, deadline - now)))[0]
+        else:  # streams closed, command still running (or just exiting): poll, backing off
+            ready, pause = [], min(pause * 2, 0.05)
+            time.sleep(pause)
+        for fd in ready:
+            data = os.read(fd, CHUNK)
+            if not data:
+                os.close(fd)
+                del open_fds[fd]
+            elif streamed:
+                output.send(open_fds[fd], request_id, data)
+            else:
+                caps[open_fds[fd]].write(data)
+        if code is None:
+            children.reap()
+            code = children.exit_code(pid)
+            if code is not None:  # the command ended: its background jobs end with it
+                kill_group(pid)
+                exited_at = time.monotonic()
+    for fd in open_fds:
+        os.close(fd)
+    timed_out = code is None
+    if timed_out:
+        kill_group(pid)
+        wait_for(pid, children)
+        if os.getpid() == 1:  # only as a sandbox's init: elsewhere "everything else" is the whole host
+            kill_everything_else(children)
+        code = KILLED
+    feeder.join(timeout=5.0)
+    children.watched = None
+    assert code is not None
+    return result(code, timed_out, oom_kills() - oom_before, caps)
+
+
+def kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def wait_for(pid: int, children: Children) -> int:
+    for _ in range(500):
+        children.reap()
+        code = children.exit_code(pid)
+        if code is not None:
+            return code
+        time.sleep(0.01)
+    return KILLED
+
+
+def result(code: int, timed_out: bool, ooms: int, caps: dict[bytes, Capped]) -> dict[str, Any]:
+    summaries = {"stdout": caps[b"o"].summary(), "stderr": caps[b"e"].summary()}
+    return {"exit_code": code, "timed_out": timed_out, "oom_kills": ooms, **summaries}
+
+
+def serve(source: Input, output: Output, hardened: bool) -> None:
+    children = Children()
+    output.send(b"h", 0, json.dumps({"hardened": hardened}).encode())
+    while True:
+        while not source.readable(IDLE_REAP_S):
+            children.reap()
+        try:
+            request = json.loads(source.line())
+        except EOFError:
+            return
+        except ValueError:
+            continue  # not a request: nothing to answer
+        try:
+            answer = run(request, source, output, children)
+        except Exception as exc:  # a malformed request must never take PID 1, hence the sandbox, down
+            failed = Capped(4096)
+            failed.write(f"trialog exec server: {exc!r}\n".encode())
+            answer = result(126, False, 0, {b"o": Capped(0), b"e": failed})
+        output.send(b"r", int(request.get("id", 0)), json.dumps(answer).encode())
+        children.reap()
+
+
+def main() -> None:
+    hardened = harden()
+    source = Input()
+    try:
+        serve(source, Output(), hardened)
+    except Exception:  # whatever happens to the channel, PID 1 must stay (else the sandbox stops)
+        if os.getpid() != 1:
+            raise
+    if os.getpid() != 1:  # run by hand or by a test: done when its input ends
+        return
+    # As a sandbox's init, stay up and keep reaping without a client, or the sandbox would stop.
+    children = Children()
+    while True:
+        children.reap()
+        time.sleep(IDLE_REAP_S)
+
+
+if __name__ == "__main__":
+    main()

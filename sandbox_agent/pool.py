@@ -1,0 +1,200 @@
+"""Warm pools: sandboxes created ahead of need, so that acquiring one is a hand-over, not a container start.
+
+One pool per `SandboxSpec` (image and quotas: sandboxes of equal specs are interchangeable). Background
+threads keep `size` sandboxes ready; an empty pool does not make its caller wait for the refill but
+creates one on the spot (counted as a miss). A sandbox handed out is never taken back: `release` destroys
+it in the background, since whatever ran in it may have left anything behind.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections import deque
+from dataclasses import dataclass
+from types import TracebackType
+
+from sandbox_agent.backend import Sandbox, SandboxBackend
+from sandbox_agent.errors import SandboxError
+from sandbox_agent.limits import SandboxSpec
+
+log = logging.getLogger(__name__)
+
+RETRY_AFTER_FAILURE_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class PoolStats:
+    ready: int
+    hits: int  # acquisitions served from the pool
+    misses: int  # acquisitions that had to create a sandbox on the spot
+    created: int
+    destroyed: int
+    failures: int  # background creations that failed
+
+
+class WarmPool:
+    def __init__(
+        self,
+        backend: SandboxBackend,
+        spec: SandboxSpec,
+        size: int,
+        *,
+        creators: int = 1,
+        retry_after_s: float = RETRY_AFTER_FAILURE_S,
+    ) -> None:
+        if size < 0 or creators < 1:
+            raise ValueError("a pool has a size of 0 or more and at least one creator thread")
+        self.backend = backend
+        self.spec = spec
+        self.size = size
+        self.retry_after_s = retry_after_s
+        self._ready: deque[Sandbox] = deque()
+        self._creating = 0
+        self._closed = False
+        self._changed = threading.Condition()
+        self._dirty: queue.Queue[Sandbox | None] = queue.Queue()
+        self._counts = {"hits": 0, "misses": 0, "created": 0, "destroyed": 0, "failures": 0}
+        self._threads = [
+            threading.Thread(target=self._refill, name=f"pool-create-{i}", daemon=True)
+            for i in range(creators)
+        ]
+        self._threads.append(threading.Thread(target=self._destroy_dirty, name="pool-destroy", daemon=True))
+
+    def start(self) -> WarmPool:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __enter__(self) -> WarmPool:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def acquire(self) -> Sandbox:
+        """A ready sandbox, now: from the pool when it has one, else freshly created."""
+        with self._changed:
+            if self._closed:
+                raise SandboxError("the pool is closed")
+            if self._ready:
+                self._counts["hits"] += 1
+                sandbox = self._ready.popleft()
+                self._changed.notify_all()  # a refill thread has room again
+                return sandbox
+            self._counts["misses"] += 1
+        sandbox = self.backend.create(self.spec)
+        self._count("created")
+        return sandbox
+
+    def release(self, sandbox: Sandbox) -> None:
+        """Give a used sandbox back: it is destroyed (in the background), never handed out again."""
+        with self._changed:
+            if not self._closed:  # before close's end marker, so the destroyer thread still sees it
+                self._dirty.put(sandbox)
+                return
+        self.backend.destroy(sandbox)
+        self._count("destroyed")
+
+    def wait_ready(self, count: int | None = None, timeout_s: float = 60.0) -> bool:
+        """Block until `count` (default: the pool's size) sandboxes are ready; False on timeout."""
+        wanted = self.size if count is None else count
+        with self._changed:
+            return self._changed.wait_for(lambda: len(self._ready) >= wanted or self._closed, timeout_s)
+
+    def stats(self) -> PoolStats:
+        with self._changed:
+            return PoolStats(ready=len(self._ready), **self._counts)
+
+    def close(self) -> None:
+        """Stop refilling; destroy the ready sandboxes and those released. Sandboxes handed out are the
+        holders' to release."""
+        with self._changed:
+            if self._closed:
+                return
+            self._closed = True
+            for sandbox in self._ready:
+                self._dirty.put(sandbox)
+            self._ready.clear()
+            self._dirty.put(None)  # the destroyer's end marker: nothing is queued after it
+            self._changed.notify_all()
+        for thread in self._threads:
+            if thread.is_alive():
+                thread.join()
+
+    def _count(self, name: str) -> None:
+        with self._changed:
+            self._counts[name] += 1
+
+    def _refill(self) -> None:
+        while True:
+            with self._changed:
+                self._changed.wait_for(lambda: self._closed or len(self._ready) + self._creating < self.size)
+                if self._closed:
+                    return
+                self._creating += 1
+            sandbox = self._create_one()
+            with self._changed:
+                self._creating -= 1
+                if sandbox is not None and not self._closed:
+                    self._ready.append(sandbox)
+                    self._changed.notify_all()
+                    continue
+            if sandbox is not None:  # closed while it was being made
+                self.backend.destroy(sandbox)
+                self._count("destroyed")
+
+    def _create_one(self) -> Sandbox | None:
+        try:
+            sandbox = self.backend.create(self.spec)
+        except SandboxError as exc:
+            self._count("failures")
+            log.warning("warm pool for %s: creating a sandbox failed: %s", self.spec.image, exc)
+            with self._changed:  # back off, but wake at once when closed
+                self._changed.wait_for(lambda: self._closed, self.retry_after_s)
+            return None
+        self._count("created")
+        return sandbox
+
+    def _destroy_dirty(self) -> None:
+        while (sandbox := self._dirty.get()) is not None:
+            try:
+                self.backend.destroy(sandbox)
+                self._count("destroyed")
+            except SandboxError as exc:
+                log.warning("warm pool: destroying sandbox %s failed: %s", sandbox.id[:12], exc)
+
+
+class WarmPools:
+    """A warm pool per spec, made on first use."""
+
+    def __init__(self, backend: SandboxBackend, size: int, *, creators: int = 1) -> None:
+        self.backend = backend
+        self.size = size
+        self.creators = creators
+        self._pools: dict[SandboxSpec, WarmPool] = {}
+        self._lock = threading.Lock()
+
+    def pool(self, spec: SandboxSpec) -> WarmPool:
+        with self._lock:
+            pool = self._pools.get(spec)
+            if pool is None:
+                pool = self._pools[spec] = WarmPool(
+                    self.backend, spec, self.size, creators=self.creators
+                ).start()
+            return pool
+
+    def acquire(self, spec: SandboxSpec) -> Sandbox:
+        return self.pool(spec).acquire()
+
+    def release(self, sandbox: Sandbox) -> None:
+        self.pool(sandbox.spec).release(sandbox)
+
+    def close(self) -> None:
+        with self._lock:
+            pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            pool.close()

@@ -1,0 +1,149 @@
+"""The sandbox worker's logic: answer a `SandboxRequest` with a `StepExecuted`, once per key.
+
+The worker keeps one sandbox per episode it serves. A request whose restore point is not what this
+worker's sandbox holds (a new episode, an episode another worker advanced, a crashed sandbox) gets a fresh
+sandbox from the warm pool with the episode's last snapshot restored: that is how an episode continues on
+any worker after a crash. Each step runs through the idempotent executor (exec, then snapshot), so a
+redelivered request is answered from the recorded result. The Kafka loop is in `kafka_worker`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from collections import OrderedDict
+
+from sandbox_agent.actions import invocation_for
+from sandbox_agent.backend import Sandbox, SandboxBackend
+from sandbox_agent.errors import SandboxGone
+from sandbox_agent.idempotent import ExecKey, IdempotentExecutor, ResultStore
+from sandbox_agent.limits import ExecLimits, Quotas, SandboxSpec
+from sandbox_agent.manifest import SnapshotId
+from sandbox_agent.pool import WarmPools
+from sandbox_agent.results import StepResult
+from schemas.blobs import ObjectStore
+from schemas.common import Output
+from schemas.events import StepExecuted
+from schemas.requests import SandboxRequest
+from schemas.sources import Origin
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_EPISODES = 8
+
+
+@dataclasses.dataclass
+class _Held:
+    sandbox: Sandbox
+    snapshot_id: str | None  # what the workspace holds now, as a snapshot id
+
+
+class EpisodeSandboxes:
+    """The sandbox held for each episode, least recently used released first beyond `max_episodes`."""
+
+    def __init__(self, backend: SandboxBackend, pools: WarmPools, max_episodes: int = DEFAULT_MAX_EPISODES):
+        self.backend = backend
+        self.pools = pools
+        self.max_episodes = max_episodes
+        self._held: OrderedDict[str, _Held] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def for_step(self, episode_id: str, spec: SandboxSpec, snapshot_id: str | None) -> Sandbox:
+        """A sandbox whose workspace is exactly `snapshot_id` (None: the image's empty workspace)."""
+        with self._lock:
+            held = self._held.get(episode_id)
+            if held is not None and held.sandbox.spec == spec and held.snapshot_id == snapshot_id:
+                self._held.move_to_end(episode_id)
+                return held.sandbox
+        self.drop(episode_id)
+        sandbox = self.pools.acquire(spec)
+        try:
+            if snapshot_id is not None:
+                self.backend.restore(sandbox, SnapshotId.parse(snapshot_id))
+        except BaseException:
+            self.pools.release(sandbox)
+            raise
+        with self._lock:
+            self._held[episode_id] = _Held(sandbox, snapshot_id)
+            evicted = [self._held.popitem(last=False)[1] for _ in range(len(self._held) - self.max_episodes)]
+        for old in evicted:
+            self.pools.release(old.sandbox)
+        return sandbox
+
+    def advanced(self, episode_id: str, snapshot_id: str) -> None:
+        with self._lock:
+            if episode_id in self._held:
+                self._held[episode_id].snapshot_id = snapshot_id
+
+    def drop(self, episode_id: str) -> None:
+        with self._lock:
+            held = self._held.pop(episode_id, None)
+        if held is not None:
+            self.pools.release(held.sandbox)
+
+    def close(self) -> None:
+        with self._lock:
+            held, self._held = list(self._held.values()), OrderedDict()
+        for each in held:
+            self.pools.release(each.sandbox)
+
+
+class SandboxWorker:
+    def __init__(
+        self,
+        backend: SandboxBackend,
+        pools: WarmPools,
+        results: ResultStore,
+        objects: ObjectStore,
+        origin: Origin,
+        max_episodes: int = DEFAULT_MAX_EPISODES,
+    ) -> None:
+        self.sandboxes = EpisodeSandboxes(backend, pools, max_episodes)
+        self.executor = IdempotentExecutor(backend, results)
+        self.objects = objects
+        self.origin = origin
+
+    def handle(self, request: SandboxRequest) -> StepExecuted:
+        meta = request.meta
+        key = ExecKey(meta.episode_id, meta.step, meta.attempt)
+        step = self.executor.results.get(key) or self._execute(request, key)
+        return step_executed(self.origin, request, step)
+
+    def _execute(self, request: SandboxRequest, key: ExecKey) -> StepResult:
+        meta = request.meta
+        spec = SandboxSpec(request.image, Quotas.from_resource_limits(request.limits))
+        invocation = invocation_for(request.action, self.objects)
+        limits = ExecLimits(request.timeout_s, request.output_limit_bytes)
+        for lost in (False, True):
+            sandbox = self.sandboxes.for_step(meta.episode_id, spec, meta.snapshot_id)
+            try:
+                step = self.executor.run(sandbox, key, invocation.argv, limits=limits, stdin=invocation.stdin)
+            except SandboxGone:
+                # Lost mid-step: restore the last snapshot into a new sandbox and redo this one step, once.
+                self.sandboxes.drop(meta.episode_id)
+                if lost:
+                    raise
+                log.warning("sandbox of %s lost at step %d; restoring it", meta.episode_id, meta.step)
+                continue
+            self.sandboxes.advanced(meta.episode_id, step.snapshot_id)
+            return step
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        self.sandboxes.close()
+
+
+def step_executed(origin: Origin, request: SandboxRequest, step: StepResult) -> StepExecuted:
+    """The answer to `request`: its header echoed (episode, step, attempt, chain head), the new snapshot."""
+    meta = dataclasses.replace(origin.reply_meta(request.meta), snapshot_id=step.snapshot_id)
+    result = step.result
+    return StepExecuted(
+        meta=meta,
+        exit_code=result.exit_code,
+        stdout=Output(result.stdout, result.stdout_dropped > 0, result.stdout_bytes),
+        stderr=Output(result.stderr, result.stderr_dropped > 0, result.stderr_bytes),
+        timed_out=result.timed_out,
+        duration_us=round(result.duration_s * 1_000_000),
+        oom_killed=result.oom_killed,
+    )

@@ -1,0 +1,148 @@
+"""`trialog worker sandbox` end to end: requests through Kafka, steps in Docker sandboxes, answers back.
+
+An episode starts on one worker, that worker crashes (its sandboxes vanish with it), and the episode
+continues on another worker of the same consumer group from its last snapshot.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import pytest
+from kafka import KafkaConsumer, KafkaProducer
+
+from ops.stack.images import sandbox_ref
+from ops.topics import ensure_topics, topic_name
+from sandbox_agent.docker_backend import DockerBackend
+from sandbox_agent.idempotent import RocksResultStore
+from sandbox_agent.kafka_worker import KafkaSettings, SandboxRequestLoop
+from sandbox_agent.pool import WarmPools
+from sandbox_agent.worker import SandboxWorker
+from schemas.actions import RunCommand, WriteFile
+from schemas.blobs import LocalObjectStore
+from schemas.codec import default_codec
+from schemas.common import Producer
+from schemas.deadletter import DeadLetter
+from schemas.events import StepExecuted
+from schemas.requests import SandboxRequest
+from schemas.sources import Origin, SequentialIds, SystemClock
+from tests.integration.sandbox.conftest import TEST_LABELS
+from tests.unit.sandbox.requests import sandbox_request
+
+CODEC = default_codec()
+
+
+class RunningWorker:
+    def __init__(
+        self, name: str, client: docker.DockerClient, objects: Path, state: Path, settings: KafkaSettings
+    ):
+        store = LocalObjectStore(objects)
+        self.backend = DockerBackend(client, store, labels={**TEST_LABELS, "dev.trialog.worker": name})
+        self.pools = WarmPools(self.backend, size=1)
+        self.results = RocksResultStore(state)
+        origin = Origin(Producer("sandbox", name), SystemClock(), SequentialIds(name))
+        self.worker = SandboxWorker(self.backend, self.pools, self.results, store, origin)
+        self.loop = SandboxRequestLoop(self.worker, settings, origin)
+        self.thread = threading.Thread(target=self.loop.run, name=f"worker-{name}", daemon=True)
+        self.thread.start()
+
+    def crash(self, client: docker.DockerClient, name: str) -> None:
+        """Stop serving, and lose every sandbox this worker had, as a dead host would."""
+        self.loop.stopping.set()
+        self.thread.join(timeout=30)
+        for container in client.containers.list(all=True, filters={"label": f"dev.trialog.worker={name}"}):
+            container.remove(force=True)
+        self.pools.close()
+        self.results.close()
+
+    def stop(self) -> None:
+        self.loop.stopping.set()
+        self.thread.join(timeout=30)
+        self.worker.close()
+        self.pools.close()
+        self.results.close()
+
+
+@pytest.fixture
+def run_prefix(kafka_bootstrap: str) -> str:
+    run = f"sbx{uuid.uuid4().hex[:6]}"
+    ensure_topics(kafka_bootstrap, run)
+    return run
+
+
+@pytest.fixture
+def answers(kafka_bootstrap: str, run_prefix: str) -> Iterator[KafkaConsumer]:
+    consumer = KafkaConsumer(
+        topic_name(run_prefix, "sandbox.results"),
+        topic_name(run_prefix, "deadletter"),
+        bootstrap_servers=kafka_bootstrap,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
+    yield consumer
+    consumer.close()
+
+
+def next_record(consumer: KafkaConsumer, timeout_s: float = 60.0) -> object:
+    give_up = time.monotonic() + timeout_s
+    while time.monotonic() < give_up:
+        for records in consumer.poll(timeout_ms=200, max_records=1).values():
+            return CODEC.decode(records[0].value)
+    raise AssertionError("no answer within the timeout")
+
+
+def test_an_episode_survives_its_worker(
+    docker_client: docker.DockerClient,
+    kafka_bootstrap: str,
+    run_prefix: str,
+    answers: KafkaConsumer,
+    tmp_path: Path,
+) -> None:
+    image = str(sandbox_ref())
+    settings = KafkaSettings(
+        kafka_bootstrap, run_prefix, group_id=f"{run_prefix}-sandbox", poll_timeout_ms=200
+    )
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
+    requests = topic_name(run_prefix, "sandbox.requests")
+
+    def ask(request: SandboxRequest) -> None:
+        producer.send(requests, key=b"ep-k", value=CODEC.encode(request)).get(30)
+
+    first = RunningWorker("w1", docker_client, tmp_path / "objects", tmp_path / "w1", settings)
+    step0 = sandbox_request(WriteFile("src/app.py", b"print('v1')\n"), episode="ep-k", image=image)
+    ask(step0)
+    answer0 = next_record(answers)
+    assert isinstance(answer0, StepExecuted) and answer0.exit_code == 0
+    count = sandbox_request(
+        RunCommand("echo ran >> .log; wc -l < .log"), episode="ep-k", step=1, image=image,
+        snapshot_id=answer0.meta.snapshot_id,
+    )  # fmt: skip
+    ask(count)
+    ask(count)  # delivered twice
+    answer1, again = next_record(answers), next_record(answers)
+    assert isinstance(answer1, StepExecuted) and isinstance(again, StepExecuted)
+    assert answer1.stdout.text == again.stdout.text == "1\n"  # ran once
+    assert again.meta.snapshot_id == answer1.meta.snapshot_id
+
+    first.crash(docker_client, "w1")
+    second = RunningWorker("w2", docker_client, tmp_path / "objects", tmp_path / "w2", settings)
+    try:
+        ask(sandbox_request(
+            RunCommand("cat src/app.py .log"), episode="ep-k", step=2, image=image,
+            snapshot_id=answer1.meta.snapshot_id,
+        ))  # fmt: skip
+        answer2 = next_record(answers, timeout_s=90)
+        assert isinstance(answer2, StepExecuted)
+        assert answer2.stdout.text == "print('v1')\nran\n" and answer2.meta.producer.instance == "w2"
+
+        producer.send(requests, key=b"ep-k", value=b"not a record").get(30)
+        letter = next_record(answers)
+        assert isinstance(letter, DeadLetter) and letter.value == b"not a record"
+    finally:
+        second.stop()
+        producer.close()

@@ -1,0 +1,141 @@
+"""The sandbox worker's logic on the local process backend (the Kafka loop is tested in integration)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sandbox_agent.idempotent import MemoryResultStore
+from sandbox_agent.local_backend import LocalProcessBackend
+from sandbox_agent.pool import WarmPools
+from sandbox_agent.worker import SandboxWorker
+from schemas.actions import RunCommand, WriteFile
+from schemas.blobs import MemoryObjectStore
+from schemas.codec import default_codec
+from schemas.common import Producer
+from schemas.events import StepExecuted
+from schemas.sources import FixedClock, Origin, SequentialIds
+from tests.unit.sandbox.requests import sandbox_request
+
+
+class Cluster:
+    """Workers sharing one object store, each with its own backend, pool and record of steps."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.objects = MemoryObjectStore()
+        self.workers: list[SandboxWorker] = []
+        self.pools: list[WarmPools] = []
+
+    def worker(self, name: str, max_episodes: int = 8) -> SandboxWorker:
+        backend = LocalProcessBackend(self.objects, self.root / name)
+        pools = WarmPools(backend, size=1)
+        origin = Origin(Producer("sandbox", name), FixedClock(), SequentialIds(name))
+        worker = SandboxWorker(backend, pools, MemoryResultStore(), self.objects, origin, max_episodes)
+        self.workers.append(worker)
+        self.pools.append(pools)
+        return worker
+
+    def close(self) -> None:
+        for worker in self.workers:
+            worker.close()
+        for pools in self.pools:
+            pools.close()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    made = Cluster(tmp_path)
+    yield made
+    made.close()
+
+
+def test_an_answer_echoes_the_request_and_carries_the_new_snapshot(cluster: Cluster) -> None:
+    request = sandbox_request(RunCommand("echo hello; echo oops >&2; exit 4"), step=0, attempt=2)
+    answer = cluster.worker("a").handle(request)
+    assert (answer.exit_code, answer.stdout.text, answer.stderr.text) == (4, "hello\n", "oops\n")
+    assert answer.stdout.total_bytes == 6 and not answer.stdout.truncated
+    meta, asked = answer.meta, request.meta
+    assert (meta.episode_id, meta.step, meta.attempt, meta.prev_hash) == (
+        asked.episode_id, asked.step, asked.attempt, asked.prev_hash,
+    )  # fmt: skip
+    assert meta.producer == Producer("sandbox", "a") and meta.event_id != asked.event_id
+    assert meta.snapshot_id is not None and meta.snapshot_id.startswith("snap-")
+    assert default_codec().decode_as(default_codec().encode(answer), StepExecuted) == answer
+
+
+def test_a_redelivered_request_is_answered_without_running_again(cluster: Cluster) -> None:
+    worker = cluster.worker("a")
+    request = sandbox_request(RunCommand("echo ran >> log; wc -l < log"))
+    first, again = worker.handle(request), worker.handle(request)
+    assert first.stdout.text.strip() == again.stdout.text.strip() == "1"
+    assert first.meta.snapshot_id == again.meta.snapshot_id
+
+
+def test_an_episode_continues_on_another_worker_from_its_last_snapshot(cluster: Cluster) -> None:
+    first_worker, second_worker = cluster.worker("a"), cluster.worker("b")
+    step0 = first_worker.handle(sandbox_request(WriteFile("notes/plan.txt", b"step zero\n"), step=0))
+    assert step0.exit_code == 0
+    first_worker.close()  # the first worker is gone, with its sandbox
+    step1 = second_worker.handle(
+        sandbox_request(RunCommand("cat notes/plan.txt"), step=1, snapshot_id=step0.meta.snapshot_id)
+    )
+    assert step1.stdout.text == "step zero\n"
+
+
+def test_a_retried_step_starts_again_from_the_previous_snapshot(cluster: Cluster) -> None:
+    worker = cluster.worker("a")
+    step0 = worker.handle(sandbox_request(RunCommand("echo base > f"), step=0))
+    worker.handle(
+        sandbox_request(RunCommand("echo attempt1 >> f"), step=1, snapshot_id=step0.meta.snapshot_id)
+    )
+    # The owner gave up on attempt 1 (say, its answer was lost) and retries from the snapshot after step 0.
+    retry = worker.handle(
+        sandbox_request(
+            RunCommand("echo attempt2 >> f; cat f"), step=1, attempt=2, snapshot_id=step0.meta.snapshot_id
+        )
+    )
+    assert retry.stdout.text == "base\nattempt2\n"
+
+
+def test_a_sandbox_lost_mid_episode_is_restored_from_the_last_snapshot(cluster: Cluster) -> None:
+    worker = cluster.worker("a")
+    step0 = worker.handle(sandbox_request(RunCommand("echo kept > f"), step=0))
+    held = worker.sandboxes._held["ep-1"].sandbox
+    worker.sandboxes.backend.destroy(held)  # lost behind the worker's back (host crash, OOM of the engine)
+    step1 = worker.handle(sandbox_request(RunCommand("cat f"), step=1, snapshot_id=step0.meta.snapshot_id))
+    assert step1.stdout.text == "kept\n"
+
+
+def test_writing_outside_the_workspace_is_an_observation_not_a_crash(cluster: Cluster) -> None:
+    answer = cluster.worker("a").handle(sandbox_request(WriteFile("../../etc/passwd", b"x")))
+    assert answer.exit_code == 2 and "refused" in answer.stderr.text
+
+
+def test_large_payloads_come_from_the_object_store(cluster: Cluster) -> None:
+    content = b"x" * 200_000
+    ref = cluster.objects.put(content)
+    worker = cluster.worker("a")
+    step0 = worker.handle(sandbox_request(WriteFile("big.bin", ref), step=0))
+    step1 = worker.handle(
+        sandbox_request(RunCommand("wc -c < big.bin"), step=1, snapshot_id=step0.meta.snapshot_id)
+    )
+    assert step1.stdout.text.strip() == "200000"
+
+
+def test_output_is_bounded_by_the_request(cluster: Cluster) -> None:
+    answer = cluster.worker("a").handle(sandbox_request(RunCommand("seq 1 100000"), output_limit=100))
+    assert answer.stdout.truncated and answer.stdout.total_bytes == 588895
+    assert len(answer.stdout.text) < 200 and answer.stdout.text.endswith("100000\n")
+
+
+def test_the_least_recently_used_episode_gives_its_sandbox_back(cluster: Cluster) -> None:
+    worker = cluster.worker("a", max_episodes=1)
+    worker.handle(sandbox_request(RunCommand("true"), episode="ep-1"))
+    first = worker.sandboxes._held["ep-1"].sandbox
+    worker.handle(sandbox_request(RunCommand("true"), episode="ep-2"))
+    assert list(worker.sandboxes._held) == ["ep-2"]
+    cluster.pools[0].close()  # waits for released sandboxes to be destroyed
+    assert not (cluster.root / "a" / first.id).exists()
