@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from actors.tasks.decontaminate import DEFAULT_MAX_COMMON, DEFAULT_N, Report, decontaminate
+from actors.tasks.grading_cli import add_validate, register_verify
 from actors.tasks.humaneval import PACKAGE, HumanEvalError, import_humaneval
 from actors.tasks.spec import TaskError, load_tasks
 
@@ -66,6 +67,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     decon.add_argument("--json", action="store_true", help="print one JSON object")
     decon.set_defaults(handler=_cmd_decontaminate)
+
+    add_validate(commands)
+    register_verify(subparsers)
 
 
 def _say(message: str) -> None:

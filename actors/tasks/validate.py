@@ -1,0 +1,134 @@
+"""`trialog tasks validate`: admit a task to training only if it is well-formed, solvable and stable.
+
+A task is `valid` when its spec loads, repo/ as given fails at least one frozen test, repo/ with
+solution.patch passes all of them, and this holds in each of N runs with no run timing out. Otherwise
+the verdict names the first rule broken: `invalid_spec`, `timeout`, `flaky` (outcomes differ between
+runs), `already_passing`, `gold_fails`.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from actors.tasks.reward import Verdict
+from actors.tasks.spec import Task, TaskError, load_task
+from actors.tasks.verify import Verification
+
+
+class Admission(StrEnum):
+    VALID = "valid"
+    INVALID_SPEC = "invalid_spec"
+    ALREADY_PASSING = "already_passing"
+    GOLD_FAILS = "gold_fails"
+    FLAKY = "flaky"
+    TIMEOUT = "timeout"
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """What one run saw: the verdict and failing tests on repo/ as given and on repo/ + solution."""
+
+    repo: tuple[Verdict, tuple[str, ...]]
+    gold: tuple[Verdict, tuple[str, ...]]
+    timed_out: bool
+    seconds: float
+
+
+@dataclass(frozen=True)
+class TaskValidation:
+    path: str
+    task_id: str | None
+    task_version: str | None
+    verdict: Admission
+    reasons: tuple[str, ...]
+    runs: tuple[RunOutcome, ...] = field(default=())
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "task": self.task_id,
+            "path": self.path,
+            "version": self.task_version,
+            "verdict": self.verdict.value,
+            "reasons": list(self.reasons),
+            "runs": [
+                {
+                    "repo": run.repo[0].value,
+                    "gold": run.gold[0].value,
+                    "timed_out": run.timed_out,
+                    "seconds": round(run.seconds, 3),
+                }
+                for run in self.runs
+            ],
+            "seconds": round(self.seconds, 3),
+        }
+
+
+Verifier = Callable[[Task, Path], Verification]
+
+
+def judge(runs: Sequence[RunOutcome]) -> tuple[Admission, tuple[str, ...]]:
+    """The verdict from the runs' outcomes (pure)."""
+    if any(run.timed_out for run in runs):
+        return Admission.TIMEOUT, (f"{sum(r.timed_out for r in runs)} of {len(runs)} runs timed out",)
+    if len({run.repo for run in runs}) > 1 or len({run.gold for run in runs}) > 1:
+        return Admission.FLAKY, ("test outcomes differ between runs",)
+    repo_verdict, _ = runs[0].repo
+    gold_verdict, gold_failed = runs[0].gold
+    if repo_verdict is Verdict.PASS:
+        return Admission.ALREADY_PASSING, ("repo/ as given already passes every frozen test",)
+    if gold_verdict is not Verdict.PASS:
+        failing = ", ".join(gold_failed[:5]) or gold_verdict.value
+        return Admission.GOLD_FAILS, (f"repo/ + solution.patch does not pass: {failing}",)
+    return Admission.VALID, ()
+
+
+def validate_task(path: Path, verifier: Verifier, runs: int) -> TaskValidation:
+    started = time.monotonic()
+    try:
+        task = load_task(path)
+    except TaskError as exc:
+        return TaskValidation(str(path), None, None, Admission.INVALID_SPEC, (str(exc),))
+    outcomes = tuple(_one_run(task, verifier) for _ in range(runs))
+    verdict, reasons = judge(outcomes)
+    return TaskValidation(
+        str(path), task.id, task.version, verdict, reasons, outcomes, time.monotonic() - started
+    )
+
+
+def _one_run(task: Task, verifier: Verifier) -> RunOutcome:
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="trialog-validate-") as scratch:
+        repo = verifier(task, task.copy_repo(Path(scratch) / "repo"))
+        gold = verifier(task, task.copy_repo(Path(scratch) / "gold", solved=True))
+    return RunOutcome(
+        (repo.grade.verdict, repo.grade.failed_tests),
+        (gold.grade.verdict, gold.grade.failed_tests),
+        repo.timed_out or gold.timed_out,
+        time.monotonic() - started,
+    )
+
+
+def validate_all(
+    paths: Sequence[Path],
+    verifier: Verifier,
+    *,
+    runs: int = 3,
+    jobs: int = 2,
+    on_done: Callable[[TaskValidation], None] = lambda _: None,
+) -> list[TaskValidation]:
+    """Validate tasks in parallel, at most `jobs` at a time (each holds one sandbox at a time)."""
+    with ThreadPoolExecutor(max_workers=max(jobs, 1), thread_name_prefix="validate") as pool:
+        futures = [pool.submit(validate_task, path, verifier, runs) for path in paths]
+        results = []
+        for future in futures:
+            results.append(future.result())
+            on_done(results[-1])
+    return results

@@ -1,0 +1,29 @@
+"""The Docker backend of the local stack: its engine, the default sandbox image, the stack's object store."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+
+from ops.console import StackError
+from ops.paths import Paths
+from ops.stack import docker_engine, images
+from sandbox_agent.docker_backend import DockerBackend
+from schemas.blobs import LocalObjectStore
+
+
+@contextmanager
+def stack_backend(paths: Paths, labels: Mapping[str, str] | None = None) -> Iterator[DockerBackend]:
+    """A DockerBackend on the stack's engine, snapshotting into the stack's object store."""
+    engine = docker_engine.current(paths)
+    if engine is None:
+        raise StackError("no Docker engine answers", "start the stack first: trialog up")
+    client = engine.client()
+    try:
+        yield DockerBackend(client, LocalObjectStore(paths.objects), labels=labels)
+    finally:
+        client.close()
+
+
+def default_image() -> str:
+    return str(images.sandbox_ref())
