@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,19 +67,31 @@ class LocalObjectStore:
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        self._made: set[str] = set()  # fan-out folders known to exist: a snapshot puts thousands of blobs
 
     def _path(self, sha256: str) -> Path:
         return self.root / sha256[:2] / sha256
 
     def put(self, data: bytes, media_type: str = OCTET_STREAM) -> BlobRef:
         ref = BlobRef.of(data, media_type)
-        path = self._path(ref.sha256)
-        if not path.exists():  # content-addressed: an existing file already holds these bytes
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-            with os.fdopen(fd, "wb") as out:
-                out.write(data)
-            os.replace(tmp, path)  # readers never see a half-written blob
+        folder = os.path.join(self.root, ref.sha256[:2])
+        final = os.path.join(folder, ref.sha256)
+        if os.path.exists(final):  # content-addressed: an existing file already holds these bytes
+            return ref
+        if folder not in self._made:
+            os.makedirs(folder, exist_ok=True)
+            self._made.add(folder)
+        # A temporary name unique to this process and thread (no random retries as with mkstemp), renamed
+        # into place so that readers never see a half-written blob.
+        tmp = os.path.join(folder, f".tmp-{ref.sha256[:16]}-{os.getpid()}-{threading.get_ident()}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+        os.replace(tmp, final)
         return ref
 
     def get(self, ref: BlobRef) -> bytes:
