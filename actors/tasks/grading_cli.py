@@ -16,7 +16,7 @@ from pathlib import Path
 
 from actors.tasks.spec import Task, TaskError, find_tasks, load_task
 from actors.tasks.validate import Admission, TaskValidation, Verifier, validate_all
-from actors.tasks.verify import Verification, print_human, verify
+from actors.tasks.verify import Verification, print_human, task_quotas, verify
 from ops.console import Progress, StackError
 from ops.paths import Paths
 from sandbox_agent.limits import SandboxSpec
@@ -65,7 +65,8 @@ def _sandbox_verifier() -> Iterator[Verifier]:
     with stack_backend(Paths.from_env(), labels={VERIFY_LABEL: "1"}) as backend:
 
         def run(task: Task, workspace: Path) -> Verification:
-            return verify(task, workspace, backend, SandboxSpec(task.spec.image or default_image()))
+            spec = SandboxSpec(task.spec.image or default_image(), task_quotas(task))
+            return verify(task, workspace, backend, spec)
 
         yield run
 

@@ -2,7 +2,8 @@
 
 ```
 task.toml        id, instruction, timeout_s, build_command (optional), protected (globs relative to repo/),
-                 image (optional), [meta] difficulty / tags / source (all optional)
+                 image (optional), [meta] difficulty / tags / source (all optional),
+                 [limits] memory / cpus / pids / disk (all optional: the sandbox's quotas for this task)
 repo/            the initial tree the agent works in (may hold visible tests)
 tests/           hidden, frozen acceptance tests (pytest files), never copied into the agent's sandbox
 solution.patch   the reference solution: a unified diff against repo/, applied with -p1
@@ -30,6 +31,7 @@ from typing import Any
 from actors.tasks.globs import GlobSet, glob_problem
 from actors.tasks.patch import FilePatch, PatchError, apply_patch, apply_to_tree, parse_patch, read_tree_file
 from actors.tasks.testids import TestFileError, discover_test_ids
+from sandbox_agent.limits import parse_size
 
 TASK_FILE = "task.toml"
 REPO_DIR = "repo"
@@ -61,6 +63,19 @@ class TaskMeta:
 
 
 @dataclass(frozen=True)
+class TaskLimits:
+    """The sandbox quotas a task asks for (`[limits]`); an unset one keeps the sandbox default."""
+
+    memory: str | None = None  # a size: "512m", "2g"
+    cpus: float | None = None
+    pids: int | None = None
+    disk: str | None = None  # for the workspace and /tmp each
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"memory": self.memory, "cpus": self.cpus, "pids": self.pids, "disk": self.disk}
+
+
+@dataclass(frozen=True)
 class TaskSpec:
     """The contents of task.toml."""
 
@@ -71,6 +86,7 @@ class TaskSpec:
     protected: tuple[str, ...] = ()
     image: str | None = None
     meta: TaskMeta = field(default_factory=TaskMeta)
+    limits: TaskLimits = field(default_factory=TaskLimits)
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready form (optional fields present, as null when unset)."""
@@ -86,6 +102,7 @@ class TaskSpec:
                 "tags": list(self.meta.tags),
                 "source": self.meta.source,
             },
+            "limits": self.limits.as_dict(),
         }
 
 
@@ -141,9 +158,22 @@ def parse_spec(data: Mapping[str, Any], path: Path) -> TaskSpec:
         protected=fields.globs("protected"),
         image=fields.optional_string("image"),
         meta=_parse_meta(fields.table("meta"), path),
+        limits=_parse_limits(fields.table("limits"), path),
     )
     fields.reject_unknown()
     return spec
+
+
+def _parse_limits(data: Mapping[str, Any], path: Path) -> TaskLimits:
+    fields = _Fields(data, path, where="limits.")
+    limits = TaskLimits(
+        memory=fields.optional_size("memory"),
+        cpus=fields.optional_positive("cpus", float),
+        pids=fields.optional_positive("pids", int),
+        disk=fields.optional_size("disk"),
+    )
+    fields.reject_unknown()
+    return limits
 
 
 def _parse_meta(data: Mapping[str, Any], path: Path) -> TaskMeta:
@@ -206,6 +236,24 @@ class _Fields:
             raise self._error(key, f"must be > 0 and <= {MAX_TIMEOUT_S} (got {value})")
         return float(value)
 
+    def optional_size(self, key: str) -> str | None:
+        text = self.optional_string(key)
+        if text is not None:
+            try:
+                parse_size(text)
+            except ValueError as exc:
+                raise self._error(key, str(exc)) from None
+        return text
+
+    def optional_positive(self, key: str, kind: type[int] | type[float]) -> Any:
+        value = self._get(key)
+        if value is None:
+            return None
+        allowed = (int,) if kind is int else (int, float)
+        if isinstance(value, bool) or not isinstance(value, allowed) or not value > 0:
+            raise self._error(key, f"must be a positive {kind.__name__} (got {value!r})")
+        return kind(value)
+
     def strings(self, key: str) -> tuple[str, ...]:
         value = self._get(key)
         if value is None:
@@ -252,6 +300,12 @@ def spec_to_toml(spec: TaskSpec) -> str:
     lines.append(f"tags = [{', '.join(toml_string(t) for t in spec.meta.tags)}]")
     if spec.meta.source is not None:
         lines.append(f"source = {toml_string(spec.meta.source)}")
+    limits = [(k, v) for k, v in spec.limits.as_dict().items() if v is not None]
+    if limits:
+        lines += ["", "[limits]"]
+        lines += [
+            f"{k} = {toml_string(v) if isinstance(v, str) else _toml_number(float(v))}" for k, v in limits
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -10,6 +10,7 @@ environment or files; every frozen test id without a passing report counts as fa
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import secrets
 import tempfile
@@ -26,7 +27,7 @@ from actors.tasks.spec import Task
 from actors.tasks.tamper import compare_trees
 from actors.tasks.workspace import copy_workspace
 from sandbox_agent.backend import Sandbox, SandboxBackend
-from sandbox_agent.limits import MIB, ExecLimits, SandboxSpec
+from sandbox_agent.limits import MIB, ExecLimits, Quotas, SandboxSpec, parse_size
 
 LAUNCHER = "trialog_launch.py"
 HARNESS_OUTPUT_BYTES = 8 * MIB  # report lines for thousands of tests; a flood only hides its own passes
@@ -129,6 +130,21 @@ def _files_under(root: Path) -> Iterator[tuple[str, bytes]]:
 
 def _since(started: float) -> float:
     return time.monotonic() - started
+
+
+def task_quotas(task: Task, base: Quotas | None = None) -> Quotas:
+    """The sandbox quotas for grading `task`: its `[limits]` over the defaults."""
+    base = base or Quotas()
+    limits = task.spec.limits
+    disk = parse_size(limits.disk) if limits.disk else None
+    return dataclasses.replace(
+        base,
+        memory_bytes=parse_size(limits.memory) if limits.memory else base.memory_bytes,
+        cpus=limits.cpus or base.cpus,
+        pids=limits.pids or base.pids,
+        workspace_bytes=disk or base.workspace_bytes,
+        tmp_bytes=disk or base.tmp_bytes,
+    )
 
 
 def verification_error(detail: str, started: float, total: int = 0) -> Verification:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tomllib
@@ -239,3 +240,39 @@ _SPECS = st.builds(
 @given(_SPECS)
 def test_spec_toml_round_trips(spec: TaskSpec) -> None:
     assert parse_spec(tomllib.loads(spec_to_toml(spec)), Path("task.toml")) == spec
+
+
+def test_limits_are_read_checked_and_written_back(tmp_path: Path) -> None:
+    from actors.tasks.spec import TaskLimits, parse_spec, spec_to_toml
+    from actors.tasks.verify import task_quotas
+
+    data = {
+        "id": "t",
+        "instruction": "do it",
+        "timeout_s": 10,
+        "limits": {"memory": "768m", "cpus": 0.5, "pids": 64, "disk": "128m"},
+    }
+    spec = parse_spec(data, tmp_path / "task.toml")
+    assert spec.limits == TaskLimits(memory="768m", cpus=0.5, pids=64, disk="128m")
+    assert parse_spec(tomllib.loads(spec_to_toml(spec)), tmp_path / "task.toml") == spec
+
+    quotas = task_quotas(dataclasses.replace(load_task(make_task(tmp_path / "task")), spec=spec))
+    assert (quotas.memory_bytes, quotas.cpus, quotas.pids) == (768 << 20, 0.5, 64)
+    assert quotas.workspace_bytes == quotas.tmp_bytes == 128 << 20
+
+
+@pytest.mark.parametrize(
+    ("limits", "problem"),
+    [
+        ({"memory": "lots"}, "limits.memory"),
+        ({"pids": 0}, "limits.pids"),
+        ({"cpus": True}, "limits.cpus"),
+        ({"swap": "1g"}, "limits.swap"),
+    ],
+)
+def test_bad_limits_name_the_field(tmp_path: Path, limits: dict[str, object], problem: str) -> None:
+    from actors.tasks.spec import parse_spec
+
+    data = {"id": "t", "instruction": "do it", "timeout_s": 10, "limits": limits}
+    with pytest.raises(TaskError, match=problem):
+        parse_spec(data, tmp_path / "task.toml")
