@@ -7,7 +7,10 @@ read-only, so nothing is pulled. `JaegerProcess` runs the cached Jaeger binary o
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
+import threading
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,3 +107,35 @@ class JaegerProcess:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         jaeger.stop(Paths(home=self.home, cache=self.paths.cache))
+
+
+class LoopbackListener:
+    """A TCP listener on 127.0.0.1 that records who connected: for tests that prove a sandbox cannot."""
+
+    def __init__(self) -> None:
+        self._socket = socket.socket()
+        self._socket.bind(("127.0.0.1", 0))
+        self._socket.listen()
+        self.port: int = self._socket.getsockname()[1]
+        self.accepted: list[tuple[str, int]] = []
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+
+    def _accept(self) -> None:
+        # accept() fails once the socket is closed at exit: that is the end of the test, not an error.
+        with contextlib.suppress(OSError):
+            while True:
+                connection, address = self._socket.accept()
+                connection.close()
+                self.accepted.append(address)
+
+    def __enter__(self) -> LoopbackListener:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        with contextlib.suppress(OSError):
+            self._socket.shutdown(socket.SHUT_RDWR)
+        self._socket.close()
+        self._thread.join(timeout=5)

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import socket
-import threading
 
 import docker
 
 from ops.stack.images import sandbox_ref
-from ops.testing import CONTAINER_LABEL
+from ops.testing import CONTAINER_LABEL, LoopbackListener
 
 PROBE = r"""
 import json, os, socket, sys
@@ -30,28 +28,20 @@ print(json.dumps({
 
 def test_python_runs_in_the_sandbox_image_without_network(docker_client: docker.DockerClient) -> None:
     # A listener on the host's loopback: the sandbox must not be able to reach it.
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen()
-    port = listener.getsockname()[1]
-    accepted: list[object] = []
-    threading.Thread(target=lambda: accepted.append(listener.accept()), daemon=True).start()
-    try:
+    with LoopbackListener() as listener:
         output = docker_client.containers.run(
             str(sandbox_ref()),
-            ["python3", "-c", PROBE, str(port)],
+            ["python3", "-c", PROBE, str(listener.port)],
             network_mode="none",
             labels={CONTAINER_LABEL: "sandbox-smoke"},
             remove=True,
         )
-    finally:
-        listener.close()
     report = json.loads(output)
     assert report["uid"] != 0
     assert report["interfaces"] == ["lo"]
     assert report["reached_host"] is False
     assert report["python"][0] == 3
-    assert accepted == []
+    assert listener.accepted == []
 
 
 def test_the_engine_has_no_bridge_network(docker_client: docker.DockerClient) -> None:

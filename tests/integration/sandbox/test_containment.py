@@ -7,14 +7,13 @@ and a fresh sandbox still runs at once), and the sandbox contained.
 from __future__ import annotations
 
 import json
-import socket
-import threading
 import time
 from collections.abc import Iterator
 
 import docker
 import pytest
 
+from ops.testing import LoopbackListener
 from tests.integration.sandbox.cli_helpers import sandbox_json
 
 KEYS = {"exit_code", "stdout", "stderr", "timed_out", "oom_killed", "truncated", "duration_s", "snapshot_id"}
@@ -84,21 +83,13 @@ def test_only_the_loopback_interface_exists(capsys: pytest.CaptureFixture[str]) 
 
 
 def test_a_port_the_host_listens_on_is_unreachable(capsys: pytest.CaptureFixture[str]) -> None:
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen()
-    port = listener.getsockname()[1]
-    accepted: list[object] = []
-    threading.Thread(target=lambda: accepted.append(listener.accept()), daemon=True).start()
-    probe = (
-        f"import socket\ntry:\n socket.create_connection(('127.0.0.1', {port}), timeout=3)\n"
-        " print('connected')\nexcept OSError as exc:\n print(type(exc).__name__)"
-    )
-    try:
+    with LoopbackListener() as listener:
+        probe = (
+            f"import socket\ntry:\n socket.create_connection(('127.0.0.1', {listener.port}), timeout=3)\n"
+            " print('connected')\nexcept OSError as exc:\n print(type(exc).__name__)"
+        )
         result = run(capsys, f'python3 -c "{probe}"')
-    finally:
-        listener.close()
-    assert result["stdout"] == "ConnectionRefusedError\n" and accepted == []
+    assert result["stdout"] == "ConnectionRefusedError\n" and listener.accepted == []
 
 
 def test_the_user_is_not_root(capsys: pytest.CaptureFixture[str]) -> None:
