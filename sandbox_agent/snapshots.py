@@ -14,7 +14,6 @@ from sandbox_agent.manifest import MANIFEST_MEDIA_TYPE, Entry, Manifest, Snapsho
 from schemas.blobs import ObjectStore
 
 _PARALLEL_FROM = 16
-_PUT_THREADS = 4
 
 
 class MissingContent(LookupError):
@@ -22,8 +21,13 @@ class MissingContent(LookupError):
 
 
 class SnapshotStore:
-    def __init__(self, objects: ObjectStore) -> None:
+    def __init__(self, objects: ObjectStore, put_threads: int = 4) -> None:
+        """Puts of many new files run on `put_threads` threads: that hides a remote store's latency, and on
+        a local disk under writeback pressure it overlaps the writes that block (`trialog bench sandbox`:
+        cold 10 MB snapshot ~0.2 s on four threads, ~0.6-0.8 s on one; on an idle disk one is a little
+        faster)."""
         self.objects = objects
+        self.put_threads = put_threads
 
     def save(self, manifest: Manifest, contents: Mapping[str, bytes]) -> SnapshotId:
         """Store what is new (`contents` maps sha256 to bytes for files the store may lack); return the id."""
@@ -42,12 +46,11 @@ class SnapshotStore:
         return snapshot_id
 
     def _put_all(self, blobs: list[bytes]) -> None:
-        # Each put is a small file write (or a request to a remote store): a few in parallel hide latency.
-        if len(blobs) < _PARALLEL_FROM:
+        if self.put_threads <= 1 or len(blobs) < _PARALLEL_FROM:
             for blob in blobs:
                 self.objects.put(blob)
             return
-        with ThreadPoolExecutor(_PUT_THREADS, thread_name_prefix="snapshot-put") as pool:
+        with ThreadPoolExecutor(self.put_threads, thread_name_prefix="snapshot-put") as pool:
             for _ in pool.map(self.objects.put, blobs):
                 pass
 

@@ -47,3 +47,16 @@ def test_an_unchanged_tree_costs_nothing_and_shared_contents_are_stored_once() -
 def test_a_file_with_no_content_anywhere_is_an_error() -> None:
     with pytest.raises(MissingContent, match="'a'"):
         SnapshotStore(MemoryObjectStore()).save(Manifest.of([file_entry("a", b"x")]), {})
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_many_new_files_are_all_stored_on_any_number_of_threads(threads: int) -> None:
+    store = MemoryObjectStore()
+    snapshots = SnapshotStore(store, put_threads=threads)
+    bodies = [f"file {i}".encode() for i in range(40)]
+    manifest = Manifest.of([file_entry(f"f{i}", body) for i, body in enumerate(bodies)])
+    snapshot_id = snapshots.save(manifest, {hashlib.sha256(b).hexdigest(): b for b in bodies})
+    loaded = snapshots.load(snapshot_id)
+    assert {entry.path: snapshots.content(entry) for entry in loaded.files} == {
+        f"f{i}": body for i, body in enumerate(bodies)
+    }
