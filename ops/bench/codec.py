@@ -12,7 +12,6 @@ import argparse
 import datetime
 import os
 import platform
-import re
 import statistics
 import sys
 import time
@@ -25,6 +24,7 @@ from typing import Any
 import fastavro
 from fastavro import schemaless_reader, schemaless_writer
 
+from ops.bench.report import cpu_model, write_section
 from schemas.actions import RunCommand, Submit, WriteFile
 from schemas.chain import digest
 from schemas.codec import MAGIC, Codec, default_codec
@@ -211,15 +211,6 @@ def build_variants(args: argparse.Namespace, codec: Codec) -> tuple[dict[str, Va
     return {v.label: v for v in table}, len(framed[0])
 
 
-def _cpu_model() -> str:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return platform.processor() or platform.machine()
-    match = re.search(r"^model name\s*:\s*(.+)$", text, re.MULTILINE)
-    return match.group(1).strip() if match else platform.machine()
-
-
 def render(args: argparse.Namespace, variants: dict[str, Variant], event_size: int) -> str:
     v = variants
     write_ratio = v["trialog encode_record"].best / v["raw fastavro write"].best
@@ -233,7 +224,7 @@ def render(args: argparse.Namespace, variants: dict[str, Variant], event_size: i
         SECTION,
         "",
         f"- date: {datetime.datetime.now(datetime.UTC).strftime('%Y-%m-%d %H:%M UTC')}",
-        f"- machine: {_cpu_model()}, {os.cpu_count()} cores; Python {platform.python_version()}, "
+        f"- machine: {cpu_model()}, {os.cpu_count()} cores; Python {platform.python_version()}, "
         f"fastavro {fastavro.__version__}",
         f"- command: `trialog bench codec --rounds {args.rounds} --events {args.events} "
         f"--episodes {args.episodes}`",
@@ -252,17 +243,6 @@ def render(args: argparse.Namespace, variants: dict[str, Variant], event_size: i
         "",
     ]
     return "\n".join(lines)
-
-
-def write_section(path: Path, section: str) -> None:
-    """Replace the `## codec` section of `path` (up to the next `## `), or append it."""
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.MULTILINE | re.DOTALL)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: section + "\n", text, count=1)
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    path.write_text(text.rstrip("\n") + "\n")
 
 
 def run(args: argparse.Namespace) -> int:

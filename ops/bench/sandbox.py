@@ -15,7 +15,6 @@ import datetime
 import os
 import platform
 import random
-import re
 import shutil
 import statistics
 import subprocess
@@ -32,6 +31,7 @@ from typing import Any
 
 import docker
 
+from ops.bench.report import cpu_model, memory_gib, write_section
 from ops.console import StackError
 from ops.paths import Paths
 from ops.stack import docker_engine, images
@@ -281,15 +281,10 @@ def sustained_rate(bench: Bench, workers: int, seconds: float) -> float:
 
 
 def _machine(client: docker.DockerClient) -> str:
-    try:
-        cpu = re.search(r"^model name\s*:\s*(.+)$", Path("/proc/cpuinfo").read_text(), re.MULTILINE)
-        model = cpu.group(1).strip() if cpu else platform.machine()
-    except OSError:
-        model = platform.machine()
-    memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    model, memory = cpu_model(), memory_gib()
     info: dict[str, Any] = client.info()
     return (
-        f"{model}, {os.cpu_count()} cores, {memory_gib:.0f} GiB; Docker {info.get('ServerVersion')} "
+        f"{model}, {os.cpu_count()} cores, {memory:.0f} GiB; Docker {info.get('ServerVersion')} "
         f"({info.get('Driver')}, cgroup v{info.get('CgroupVersion', '?')}); "
         f"Python {platform.python_version()}"
     )
@@ -344,17 +339,6 @@ def render(args: argparse.Namespace, machine: str, spec: SandboxSpec, s: dict[st
         f"({_verdict(speedup_sdk >= TARGETS['speedup'])})",
     ]
     return "\n".join(lines) + "\n"
-
-
-def write_section(path: Path, section: str) -> None:
-    """Replace the `## sandbox` section of `path` (up to the next `## `), or append it."""
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.MULTILINE | re.DOTALL)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: section + "\n", text, count=1)
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    path.write_text(text.rstrip("\n") + "\n")
 
 
 # -- the run -----------------------------------------------------------------------------------------
