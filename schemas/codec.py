@@ -29,7 +29,7 @@ from schemas.deadletter import DeadLetter
 from schemas.events import EPISODE_EVENT_TYPES
 from schemas.publications import PolicyPublished, TaskPublished
 from schemas.record import AvroDict, Record
-from schemas.requests import PolicyRequest, SandboxRequest
+from schemas.requests import PolicyRequest, SandboxRequest, VerifyRequest
 from schemas.state import EpisodeState
 from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
 from schemas.upcasters import UPCASTERS, Upcaster, upcast_chain
@@ -111,6 +111,7 @@ DEFAULT_TYPES: tuple[type[Record], ...] = (
     AbortEpisode,
     PolicyRequest,
     SandboxRequest,
+    VerifyRequest,
     TrajectoryCompleted,
     TrajectoryFailed,
     PolicyPublished,

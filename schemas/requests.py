@@ -1,4 +1,4 @@
-"""Work requests from an episode's owner to the stateless workers (rollout and sandbox).
+"""Work requests from an episode's owner to the stateless workers (rollout, sandbox and verifier).
 
 A request's header carries the idempotency key (episode_id, step, attempt) and the chain head it was issued
 from; the answer echoes all of them, so the owner can tell a fresh answer from a stale or duplicate one.
@@ -111,5 +111,32 @@ class SandboxRequest:
             sandbox_action_from_union(rec["action"]),
             rec["timeout_s"],
             rec["output_limit_bytes"],
+            ResourceLimits.from_record(rec["limits"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyRequest:
+    SCHEMA: ClassVar[str] = "trialog.request.VerifyRequest"
+
+    meta: EventMeta  # meta.snapshot_id: the final workspace to grade; meta.step: the submit step
+    image: str
+    timeout_s: float
+    limits: ResourceLimits = ResourceLimits()
+
+    def to_record(self) -> AvroDict:
+        return {
+            "meta": self.meta.to_record(),
+            "image": self.image,
+            "timeout_s": self.timeout_s,
+            "limits": self.limits.to_record(),
+        }
+
+    @classmethod
+    def from_record(cls, rec: Mapping[str, Any]) -> VerifyRequest:
+        return cls(
+            EventMeta.from_record(rec["meta"]),
+            rec["image"],
+            rec["timeout_s"],
             ResourceLimits.from_record(rec["limits"]),
         )

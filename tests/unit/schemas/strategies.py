@@ -22,7 +22,7 @@ from schemas.events import (
 )
 from schemas.publications import PolicyPublished, TaskPublished
 from schemas.record import Record
-from schemas.requests import PolicyRequest, ResourceLimits, SamplingParams, SandboxRequest
+from schemas.requests import PolicyRequest, ResourceLimits, SamplingParams, SandboxRequest, VerifyRequest
 from schemas.state import EpisodeState, Phase
 from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
 
@@ -121,6 +121,9 @@ RECORDS: dict[type[Record], st.SearchStrategy[Any]] = {
         DOUBLE,
         INT,
         st.builds(ResourceLimits, DOUBLE, INT, INT, INT),
+    ),
+    VerifyRequest: st.builds(
+        VerifyRequest, event_metas, TEXT, DOUBLE, st.builds(ResourceLimits, DOUBLE, INT, INT, INT)
     ),
     TrajectoryCompleted: st.builds(
         TrajectoryCompleted,

@@ -1,0 +1,545 @@
+"""The episode owner's decisions, pure: (state, input, origin, now) -> effects.
+
+Each episode is a virtual actor. Only the streams worker owning its partition appends to `episode.events`;
+it calls these functions for every input (a command, a worker's answer, a timer tick) and carries out the
+returned `Effects`: append `events` (exact bytes, already chained), send `requests`, publish `trajectory`,
+dead-letter or drop a `rejected` input, and store the new `OwnerState`.
+
+Rules, in one place:
+
+* An answer is accepted only when it answers the request outstanding: same kind, step and attempt, issued
+  from the current chain head (`meta.prev_hash`). An answer already applied is a `duplicate` (same event id,
+  or same step and attempt); an answer for a filled slot from another attempt, or for an attempt that is
+  no longer outstanding, is `stale_attempt`. Rejected inputs change nothing.
+* The episode state advances only through `schemas.fold.apply` on the events emitted, so the live state is
+  the replayed state.
+* Requests carry the idempotency key (episode_id, step, attempt) and the chain head in their `EventMeta`;
+  attempts count from 1. A request not answered by its deadline is re-issued as attempt + 1 with a doubled
+  wait (`streams.timers`), up to `EpisodeConfig.max_attempts`; then the episode fails with
+  `policy_timeout`, `sandbox_timeout` or `verifier_error` (retryable: the task is not at fault).
+* Records the owner creates are stamped `occurred_at_us = now_us`: one reading per input, taken by the
+  caller, so deadlines and durations agree with the log. The `Origin` gives ids and the producer.
+* The task's initial workspace snapshot goes into `EpisodeStarted.meta.snapshot_id`, which the fold keeps
+  as the restore point until the first `StepExecuted` replaces it: step 0 restores the task's tree.
+
+Step limit: `max_steps` bounds the actions the policy is asked for, submit included. When the
+`max_steps`-th action is not a submit it is still executed (its observation belongs in the failed
+trajectory for analysis), and instead of another PolicyRequest the episode fails with `step_limit`. We do
+not grade the workspace as is: in the fold a `RewardAssigned` follows only a submitted `ActionProposed`,
+and inventing a submit would put an action the policy never sampled into a training trajectory.
+
+Explicit failure answers (e.g. a crashed sandbox) have no schema yet: workers dead-letter what they cannot
+do, and the owner sees a request that times out and is re-issued. An `AbortEpisode` for an episode that has
+not started is rejected as `unknown_episode` (an EpisodeFailed needs the task id and version it lacks).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from schemas.actions import Submit
+from schemas.chain import digest
+from schemas.codec import default_codec
+from schemas.commands import AbortEpisode, StartEpisode
+from schemas.common import EpisodeConfig, EventMeta, FailureClass
+from schemas.events import (
+    ActionProposed,
+    EpisodeCompleted,
+    EpisodeEvent,
+    EpisodeFailed,
+    EpisodeStarted,
+    RewardAssigned,
+    StepExecuted,
+)
+from schemas.fold import FoldError, apply
+from schemas.record import AvroDict
+from schemas.requests import PolicyRequest, ResourceLimits, SamplingParams, SandboxRequest, VerifyRequest
+from schemas.sources import Origin
+from schemas.state import EpisodeState, Phase
+from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
+from streams.timers import answer_deadline_us
+
+Request = PolicyRequest | SandboxRequest | VerifyRequest
+Trajectory = TrajectoryCompleted | TrajectoryFailed
+Answer = ActionProposed | StepExecuted | RewardAssigned
+
+
+class RequestKind(StrEnum):
+    POLICY = "policy"
+    SANDBOX = "sandbox"
+    VERIFY = "verify"
+
+
+_TIMEOUT_FAILURE = {
+    RequestKind.POLICY: FailureClass.POLICY_TIMEOUT,
+    RequestKind.SANDBOX: FailureClass.SANDBOX_TIMEOUT,
+    RequestKind.VERIFY: FailureClass.VERIFIER_ERROR,
+}
+# Infrastructure failures: the task is not at fault, so a new episode of it may be tried.
+_RETRYABLE = frozenset(_TIMEOUT_FAILURE.values())
+
+
+class Rejection(StrEnum):
+    """Why an input was ignored (for logs and dead letters); the state is unchanged."""
+
+    UNKNOWN_EPISODE = "unknown_episode"  # not started, or another episode/run/task version
+    DUPLICATE = "duplicate"  # already applied
+    STALE_ATTEMPT = "stale_attempt"  # an attempt that is no longer outstanding
+    WRONG_STEP = "wrong_step"
+    WRONG_CHAIN_HEAD = "wrong_chain_head"
+    NOT_OUTSTANDING = "not_outstanding"  # no request of this kind is waiting for an answer
+    ENDED = "ended"  # the episode is completed or failed
+    INVALID = "invalid"  # passed the checks but the fold refused it (a forged or corrupt answer)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskInfo:
+    """What the owner knows of a task (filled from the `tasks` topic)."""
+
+    task_id: str
+    task_version: str
+    instruction: str
+    image: str
+    timeout_s: float  # wall-clock limit of the test run
+    limits: ResourceLimits = field(default_factory=ResourceLimits)
+    initial_snapshot_id: str | None = None  # the task's repo/ as a snapshot (None: the image's workspace)
+
+    def to_record(self) -> AvroDict:
+        return {
+            "task_id": self.task_id,
+            "task_version": self.task_version,
+            "instruction": self.instruction,
+            "image": self.image,
+            "timeout_s": self.timeout_s,
+            "limits": self.limits.to_record(),
+            "initial_snapshot_id": self.initial_snapshot_id,
+        }
+
+    @classmethod
+    def from_record(cls, rec: Mapping[str, Any]) -> TaskInfo:
+        return cls(
+            rec["task_id"],
+            rec["task_version"],
+            rec["instruction"],
+            rec["image"],
+            rec["timeout_s"],
+            ResourceLimits.from_record(rec["limits"]),
+            rec["initial_snapshot_id"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Outstanding:
+    """The one request the episode waits for; its (step, attempt) is the key a valid answer echoes."""
+
+    kind: RequestKind
+    step: int
+    attempt: int
+    issued_at_us: int
+    deadline_us: int
+
+    def to_record(self) -> AvroDict:
+        return {
+            "kind": self.kind.value,
+            "step": self.step,
+            "attempt": self.attempt,
+            "issued_at_us": self.issued_at_us,
+            "deadline_us": self.deadline_us,
+        }
+
+    @classmethod
+    def from_record(cls, rec: Mapping[str, Any]) -> Outstanding:
+        return cls(
+            RequestKind(rec["kind"]), rec["step"], rec["attempt"], rec["issued_at_us"], rec["deadline_us"]
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerState:
+    """The folded episode plus what the fold does not hold: the outstanding request and the request inputs.
+
+    The episode's config, image, group and policy version are in `episode.started` (they are logged)."""
+
+    episode: EpisodeState = field(default_factory=EpisodeState)
+    task: TaskInfo | None = None
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    outstanding: Outstanding | None = None
+
+    @classmethod
+    def new(cls, episode_id: str) -> OwnerState:
+        return cls(EpisodeState.new(episode_id))
+
+    def to_record(self) -> AvroDict:
+        """Plain-dict form (Avro shape) for the `episodes` table; encoding it needs a schema of its own."""
+        return {
+            "episode": self.episode.to_record(),
+            "task": None if self.task is None else self.task.to_record(),
+            "sampling": self.sampling.to_record(),
+            "outstanding": None if self.outstanding is None else self.outstanding.to_record(),
+        }
+
+    @classmethod
+    def from_record(cls, rec: Mapping[str, Any]) -> OwnerState:
+        task, outstanding = rec["task"], rec["outstanding"]
+        return cls(
+            EpisodeState.from_record(rec["episode"]),
+            None if task is None else TaskInfo.from_record(task),
+            SamplingParams.from_record(rec["sampling"]),
+            None if outstanding is None else Outstanding.from_record(outstanding),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """An event to append to `episode.events`: its exact bytes and their digest (the next prev_hash)."""
+
+    event: EpisodeEvent
+    data: bytes
+    digest: str
+
+
+@dataclass(frozen=True, slots=True)
+class Effects:
+    state: OwnerState
+    events: tuple[Appended, ...] = ()
+    requests: tuple[Request, ...] = ()
+    trajectory: Trajectory | None = None
+    rejected: Rejection | None = None
+
+
+class OwnerError(Exception):
+    """A state the owner cannot have reached by its own rules (a hand-made or corrupt table row)."""
+
+
+# -- inputs -----------------------------------------------------------------------------------------------
+
+
+def on_start(
+    state: OwnerState,
+    command: StartEpisode,
+    task: TaskInfo | None,
+    *,
+    origin: Origin,
+    now_us: int,
+    sampling: SamplingParams | None = None,
+) -> Effects:
+    """EpisodeStarted and the first PolicyRequest; EpisodeFailed(invalid_task) for an unknown task."""
+    episode = state.episode
+    if episode.phase is not Phase.NEW:
+        return Effects(state, rejected=Rejection.DUPLICATE)  # never a second EpisodeStarted
+    if episode.episode_id and episode.episode_id != command.episode_id:
+        return Effects(state, rejected=Rejection.UNKNOWN_EPISODE)
+    if task is None or (task.task_id, task.task_version) != (command.task_id, command.task_version):
+        return _refuse_task(state, command, task, origin, now_us)
+    meta = _command_meta(origin, command, now_us, episode.head_hash, task.initial_snapshot_id)
+    started = EpisodeStarted(
+        meta, command.meta.event_id, command.config, command.image, command.group_id, command.seed
+    )
+    seeded = sampling if sampling is not None else SamplingParams(seed=command.seed)
+    draft = _append(Effects(dataclasses.replace(state, task=task, sampling=seeded)), started)
+    return _next_action(draft, origin, now_us)
+
+
+def on_action(state: OwnerState, answer: ActionProposed, *, origin: Origin, now_us: int) -> Effects:
+    """Append the policy's action; then execute it in the sandbox, or grade the workspace on submit."""
+    draft = _accept(state, RequestKind.POLICY, answer)
+    if draft.rejected is not None:
+        return draft
+    kind = RequestKind.VERIFY if isinstance(answer.action, Submit) else RequestKind.SANDBOX
+    return _issue(draft, kind, 1, origin, now_us)
+
+
+def on_executed(state: OwnerState, answer: StepExecuted, *, origin: Origin, now_us: int) -> Effects:
+    """Append the step's result; then ask the policy for the next step (or fail at the step limit)."""
+    draft = _accept(state, RequestKind.SANDBOX, answer)
+    if draft.rejected is not None:
+        return draft
+    return _next_action(draft, origin, now_us)
+
+
+def on_reward(state: OwnerState, answer: RewardAssigned, *, origin: Origin, now_us: int) -> Effects:
+    """Append the grade, complete the episode and hand the whole trajectory to the learner."""
+    draft = _accept(state, RequestKind.VERIFY, answer)
+    if draft.rejected is not None:
+        return draft
+    episode = draft.state.episode
+    started = _started(episode)
+    completed = EpisodeCompleted(
+        _meta(origin, episode, now_us),
+        answer.reward,
+        answer.verdict,
+        episode.step,
+        now_us - started.meta.occurred_at_us,
+    )
+    draft = _append(draft, completed)
+    return dataclasses.replace(draft, trajectory=_completed_trajectory(draft.state, origin, now_us))
+
+
+def on_tick(state: OwnerState, *, origin: Origin, now_us: int) -> Effects:
+    """Re-issue the outstanding request past its deadline as the next attempt, or fail after the last."""
+    out = state.outstanding
+    if out is None or now_us < out.deadline_us or state.episode.is_terminal:
+        return Effects(state)
+    if out.attempt < _config(state).max_attempts:
+        return _issue(Effects(state), out.kind, out.attempt + 1, origin, now_us)
+    reason = f"no answer to the {out.kind.value} request of step {out.step} after {out.attempt} attempts"
+    return _fail(Effects(state), _TIMEOUT_FAILURE[out.kind], reason, origin, now_us)
+
+
+def on_abort(state: OwnerState, command: AbortEpisode, *, origin: Origin, now_us: int) -> Effects:
+    """EpisodeFailed(aborted) unless the episode has ended (or never started)."""
+    started = state.episode.started
+    if started is None or (started.meta.episode_id, started.meta.run_id) != (
+        command.episode_id,
+        command.run_id,
+    ):
+        return Effects(state, rejected=Rejection.UNKNOWN_EPISODE)
+    if state.episode.is_terminal:
+        return Effects(state, rejected=Rejection.ENDED)
+    return _fail(Effects(state), FailureClass.ABORTED, command.reason or "aborted", origin, now_us)
+
+
+def outstanding_request(state: OwnerState, *, origin: Origin, now_us: int) -> Request | None:
+    """The outstanding request again, with the same idempotency key (step, attempt) and chain head: what a
+    worker that took over the partition sends after a crash. The deadline stays as recorded."""
+    out = state.outstanding
+    if out is None or state.episode.is_terminal:
+        return None
+    return _request(state, out.kind, out.attempt, origin, now_us)
+
+
+# -- checking answers ---------------------------------------------------------------------------------------
+
+
+def check_answer(state: OwnerState, kind: RequestKind, answer: Answer) -> Rejection | None:
+    """Why `answer` cannot be applied now, or None when it answers the outstanding request."""
+    episode, meta = state.episode, answer.meta
+    started = episode.started
+    if started is None or (meta.episode_id, meta.run_id, meta.task_version) != (
+        started.meta.episode_id,
+        started.meta.run_id,
+        started.meta.task_version,
+    ):
+        return Rejection.UNKNOWN_EPISODE
+    recorded = _recorded(episode, answer)
+    if recorded is not None:
+        same = recorded.event_id == meta.event_id or (recorded.step, recorded.attempt) == (
+            meta.step,
+            meta.attempt,
+        )
+        return Rejection.DUPLICATE if same else Rejection.STALE_ATTEMPT
+    return _check_outstanding(state, kind, meta)
+
+
+def _check_outstanding(state: OwnerState, kind: RequestKind, meta: EventMeta) -> Rejection | None:
+    if state.episode.is_terminal:
+        return Rejection.ENDED
+    out = state.outstanding
+    if out is None or out.kind is not kind:
+        return Rejection.NOT_OUTSTANDING
+    if meta.step != out.step:
+        return Rejection.WRONG_STEP
+    if meta.attempt != out.attempt:
+        return Rejection.STALE_ATTEMPT
+    if meta.prev_hash != state.episode.head_hash:
+        return Rejection.WRONG_CHAIN_HEAD
+    return None
+
+
+def _recorded(episode: EpisodeState, answer: Answer) -> EventMeta | None:
+    """The header of the event already filling the slot `answer` targets, if any."""
+    step = answer.meta.step
+    recorded: EpisodeEvent | None = None
+    if isinstance(answer, ActionProposed):
+        if 0 <= step < len(episode.history):
+            recorded = episode.history[step].action
+        elif step == episode.step:
+            recorded = episode.pending_action
+    elif isinstance(answer, StepExecuted):
+        if 0 <= step < len(episode.history):
+            recorded = episode.history[step].result
+    else:
+        recorded = episode.reward
+    return None if recorded is None else recorded.meta
+
+
+def _accept(state: OwnerState, kind: RequestKind, answer: Answer) -> Effects:
+    rejected = check_answer(state, kind, answer)
+    if rejected is not None:
+        return Effects(state, rejected=rejected)
+    try:
+        draft = _append(Effects(state), answer)
+    except FoldError:
+        return Effects(state, rejected=Rejection.INVALID)
+    return dataclasses.replace(draft, state=dataclasses.replace(draft.state, outstanding=None))
+
+
+# -- building effects ---------------------------------------------------------------------------------------
+
+
+def _append(draft: Effects, event: EpisodeEvent) -> Effects:
+    """Encode, hash and fold `event`: the bytes hashed are the bytes the caller appends."""
+    data = default_codec().encode(event)
+    hashed = digest(data)
+    episode = apply(draft.state.episode, event, hashed)
+    return dataclasses.replace(
+        draft,
+        state=dataclasses.replace(draft.state, episode=episode),
+        events=(*draft.events, Appended(event, data, hashed)),
+    )
+
+
+def _next_action(draft: Effects, origin: Origin, now_us: int) -> Effects:
+    episode = draft.state.episode
+    max_steps = _config(draft.state).max_steps
+    if episode.step >= max_steps:
+        reason = f"{max_steps} steps without submit"
+        return _fail(draft, FailureClass.STEP_LIMIT, reason, origin, now_us)
+    return _issue(draft, RequestKind.POLICY, 1, origin, now_us)
+
+
+def _issue(draft: Effects, kind: RequestKind, attempt: int, origin: Origin, now_us: int) -> Effects:
+    state = draft.state
+    deadline = answer_deadline_us(now_us, _base_timeout_s(state, kind), attempt)
+    out = Outstanding(kind, state.episode.step, attempt, now_us, deadline)
+    request = _request(state, kind, attempt, origin, now_us)
+    return dataclasses.replace(
+        draft,
+        state=dataclasses.replace(state, outstanding=out),
+        requests=(*draft.requests, request),
+    )
+
+
+def _request(state: OwnerState, kind: RequestKind, attempt: int, origin: Origin, now_us: int) -> Request:
+    episode, task = state.episode, _task(state)
+    started, config = _started(episode), _config(state)
+    meta = _meta(origin, episode, now_us, attempt)
+    if kind is RequestKind.POLICY:
+        return PolicyRequest(meta, task.instruction, episode.history, state.sampling)
+    if kind is RequestKind.VERIFY:
+        return VerifyRequest(meta, started.image, task.timeout_s, task.limits)
+    pending = episode.pending_action
+    if pending is None or isinstance(pending.action, Submit):
+        raise OwnerError(f"episode {episode.episode_id}: a sandbox request needs a pending sandbox action")
+    return SandboxRequest(
+        meta, started.image, pending.action, config.sandbox_timeout_s, config.output_limit_bytes, task.limits
+    )
+
+
+def _base_timeout_s(state: OwnerState, kind: RequestKind) -> float:
+    config = _config(state)
+    if kind is RequestKind.POLICY:
+        return config.policy_timeout_s
+    if kind is RequestKind.SANDBOX:
+        return config.sandbox_timeout_s  # also the step's own wall limit, enforced by the sandbox
+    # Never give up on the verifier before its own limit (the task's test timeout) has passed.
+    return max(config.verify_timeout_s, _task(state).timeout_s)
+
+
+def _fail(draft: Effects, failure: FailureClass, reason: str, origin: Origin, now_us: int) -> Effects:
+    episode = draft.state.episode
+    event = EpisodeFailed(_meta(origin, episode, now_us), failure, reason, failure in _RETRYABLE)
+    draft = _append(draft, event)
+    ended = draft.state.episode
+    trajectory = TrajectoryFailed(_meta(origin, ended, now_us), failure, reason, ended.steps)
+    state = dataclasses.replace(draft.state, outstanding=None)
+    return dataclasses.replace(draft, state=state, trajectory=trajectory)
+
+
+def _refuse_task(
+    state: OwnerState, command: StartEpisode, task: TaskInfo | None, origin: Origin, now_us: int
+) -> Effects:
+    if task is None:
+        reason = f"unknown task {command.task_id}"
+    else:
+        reason = (
+            f"task {command.task_id} is at version {task.task_version[:12]}, not {command.task_version[:12]}"
+        )
+    head = state.episode.head_hash
+    event = EpisodeFailed(
+        _command_meta(origin, command, now_us, head, None), FailureClass.INVALID_TASK, reason
+    )
+    draft = _append(Effects(state), event)
+    meta = _command_meta(origin, command, now_us, draft.state.episode.head_hash, None)
+    return dataclasses.replace(
+        draft, trajectory=TrajectoryFailed(meta, FailureClass.INVALID_TASK, reason, ())
+    )
+
+
+def _completed_trajectory(state: OwnerState, origin: Origin, now_us: int) -> TrajectoryCompleted:
+    episode = state.episode
+    started, reward = _started(episode), episode.reward
+    if reward is None:
+        raise OwnerError(f"episode {episode.episode_id}: completed without a reward")
+    steps = episode.steps
+    versions = [step.action.meta.policy_version for step in steps] or [started.meta.policy_version]
+    return TrajectoryCompleted(
+        _meta(origin, episode, now_us),  # prev_hash: the digest of EpisodeCompleted, the chain head
+        started.group_id,
+        _task(state).instruction,
+        steps,
+        reward.reward,
+        reward.verdict,
+        reward.passed,
+        reward.total,
+        min(versions),
+        max(versions),
+    )
+
+
+# -- headers and lookups -----------------------------------------------------------------------------------
+
+
+def _meta(origin: Origin, episode: EpisodeState, now_us: int, attempt: int = 1) -> EventMeta:
+    """A header at the episode's current step, linked to its chain head, restore point as snapshot."""
+    first = _started(episode).meta
+    meta = origin.event_meta(
+        run_id=first.run_id,
+        episode_id=first.episode_id,
+        task_id=first.task_id,
+        task_version=first.task_version,
+        step=episode.step,
+        attempt=attempt,
+        policy_version=first.policy_version,
+        prev_hash=episode.head_hash,
+        snapshot_id=episode.snapshot_id,
+    )
+    return dataclasses.replace(meta, occurred_at_us=now_us)
+
+
+def _command_meta(
+    origin: Origin, command: StartEpisode, now_us: int, prev_hash: str, snapshot_id: str | None
+) -> EventMeta:
+    meta = origin.event_meta(
+        run_id=command.run_id,
+        episode_id=command.episode_id,
+        task_id=command.task_id,
+        task_version=command.task_version,
+        step=0,
+        attempt=1,
+        policy_version=command.policy_version,
+        prev_hash=prev_hash,
+        snapshot_id=snapshot_id,
+        traceparent=command.meta.traceparent,
+    )
+    return dataclasses.replace(meta, occurred_at_us=now_us)
+
+
+def _started(episode: EpisodeState) -> EpisodeStarted:
+    if episode.started is None:
+        raise OwnerError(f"episode {episode.episode_id} has not started")
+    return episode.started
+
+
+def _config(state: OwnerState) -> EpisodeConfig:
+    return _started(state.episode).config
+
+
+def _task(state: OwnerState) -> TaskInfo:
+    if state.task is None:
+        raise OwnerError(f"episode {state.episode.episode_id} has no task")
+    return state.task
