@@ -7,10 +7,12 @@ nothing is skipped: a missing component is an error that says how to prepare it.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
 import docker
+import docker.errors
 import pytest
 
 from ops.paths import Paths
@@ -43,7 +45,9 @@ def docker_client(stack_paths: Paths) -> Iterator[docker.DockerClient]:
 
 def _remove_test_containers(client: docker.DockerClient) -> None:
     for container in client.containers.list(all=True, filters={"label": CONTAINER_LABEL}):
-        container.remove(force=True)
+        # Another test session on the same engine (a second checkout) may remove it first.
+        with contextlib.suppress(docker.errors.NotFound):
+            container.remove(force=True)
 
 
 @pytest.fixture(scope="session")

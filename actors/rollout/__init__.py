@@ -1,0 +1,1 @@
+"""The rollout worker: answers `policy.requests` with `ActionProposed` through a policy plugin."""

@@ -1,0 +1,1 @@
+"""The verifier worker: answers `verify.requests` with `RewardAssigned`, graded by frozen tests."""

@@ -1,0 +1,146 @@
+"""The verifier's logic: answer a `VerifyRequest` with a `RewardAssigned`, grading the final snapshot.
+
+The request names the task (`meta.task_id`, `meta.task_version`) and the final workspace
+(`meta.snapshot_id`); the answer echoes the request's header (episode, step, attempt, chain head, snapshot)
+and carries the grade: reward, verdict, passed/total, the failed test ids and the tampered paths, so that
+tampering is a fact in the log, not only a number. A JSON report (the grade, the detail of an error, the
+tail of the build or harness output) goes to the object store, referenced by `report`.
+
+Whatever stops grading (a task not on hand at that version, no snapshot, a snapshot missing from the
+store, a sandbox failure) is answered with verdict `error` and reward 0.0, which the learner must not train
+on (`Grade.trainable`), with the reason in the report; the request is not dead-lettered, so the episode
+ends at once with the reason on record instead of timing out.
+
+Idempotent: a grade is a function of (task version, snapshot, image), so it is kept (LRU, errors
+excepted) and a redelivered request, or another episode ending in the same tree, is answered from it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import OrderedDict
+
+from actors.kafka_loop import Route
+from actors.tasks.reward import error_grade
+from actors.tasks.spec import Task
+from actors.tasks.verify import Verification
+from actors.verifier.grading import Grader
+from actors.verifier.tasks import TaskSource, TaskUnavailable
+from schemas.blobs import BlobRef, ObjectStore
+from schemas.common import Verdict
+from schemas.events import RewardAssigned
+from schemas.requests import VerifyRequest
+from schemas.sources import Origin
+
+log = logging.getLogger(__name__)
+
+DEFAULT_GROUP = "trialog-verifier"
+ROUTE = Route(VerifyRequest, "verify.requests", "verify.results")
+VERIFIER_ID = "trialog-verify/1"  # the grading rules' identity: bump when they change what a grade means
+REPORT_MEDIA_TYPE = "application/json"
+DEFAULT_CACHE = 1024
+
+GradeKey = tuple[str, str, str, str]
+
+
+class VerifierWorker:
+    def __init__(
+        self,
+        tasks: TaskSource,
+        grader: Grader,
+        objects: ObjectStore,
+        origin: Origin,
+        *,
+        verifier: str = VERIFIER_ID,
+        cache_size: int = DEFAULT_CACHE,
+    ) -> None:
+        self.tasks = tasks
+        self.grader = grader
+        self.objects = objects
+        self.origin = origin
+        self.verifier = verifier
+        self.cache_size = cache_size
+        self._graded: OrderedDict[GradeKey, Verification] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def handle(self, request: VerifyRequest) -> RewardAssigned:
+        verification = self.verification(request)
+        return reward_assigned(
+            self.origin, request, verification, self.verifier, self._report(request, verification)
+        )
+
+    def verification(self, request: VerifyRequest) -> Verification:
+        meta = request.meta
+        started = time.monotonic()
+        try:
+            task = self.tasks.get(meta.task_id, meta.task_version)
+        except TaskUnavailable as exc:
+            log.warning("cannot grade %s: %s", meta.episode_id, exc.detail)
+            return _error(f"{exc.reason}: {exc.detail}", started)
+        if meta.snapshot_id is None:
+            return _error("no_snapshot: the request names no workspace snapshot to grade", started, task)
+        key = (task.id, task.version, meta.snapshot_id, request.image)
+        with self._lock:
+            known = self._graded.get(key)
+            if known is not None:
+                self._graded.move_to_end(key)
+                return known
+        try:
+            graded = self.grader(task, meta.snapshot_id, request.image or None)
+        except Exception as exc:  # any failure to grade is an `error` verdict, never a crash
+            log.exception("grading %s step %d failed", meta.episode_id, meta.step)
+            return _error(f"grading_failed: {type(exc).__name__}: {exc}", started, task)
+        if graded.grade.trainable:
+            with self._lock:
+                self._graded[key] = graded
+                while len(self._graded) > self.cache_size:
+                    self._graded.popitem(last=False)
+        return graded
+
+    def _report(self, request: VerifyRequest, verification: Verification) -> BlobRef | None:
+        meta = request.meta
+        body = {
+            "verifier": self.verifier,
+            "task_id": meta.task_id,
+            "task_version": meta.task_version,
+            "snapshot_id": meta.snapshot_id,
+            "image": request.image,
+            **verification.to_json(),
+            "harness_exit": verification.harness_exit,
+            "log": verification.log,
+        }
+        try:
+            return self.objects.put(json.dumps(body, sort_keys=True).encode(), REPORT_MEDIA_TYPE)
+        except OSError:
+            log.exception("could not store the grading report of %s", meta.episode_id)
+            return None
+
+
+def _error(detail: str, started: float, task: Task | None = None) -> Verification:
+    total = len(task.test_ids) if task is not None else 0
+    return Verification(error_grade(detail, total=total), time.monotonic() - started)
+
+
+def reward_assigned(
+    origin: Origin,
+    request: VerifyRequest,
+    verification: Verification,
+    verifier: str = VERIFIER_ID,
+    report: BlobRef | None = None,
+) -> RewardAssigned:
+    """The answer to `request`: its header echoed, the grade's fields."""
+    grade = verification.grade
+    return RewardAssigned(
+        meta=origin.reply_meta(request.meta),
+        reward=grade.reward,
+        verdict=Verdict(grade.verdict.value),
+        passed=grade.passed,
+        total=grade.total,
+        failed_tests=grade.failed_tests,
+        tampered_paths=grade.tampered_paths,
+        verifier=verifier,
+        report=report,
+    )

@@ -1,0 +1,156 @@
+"""The verifier worker's logic without sandboxes: task lookup, snapshot restore, request -> RewardAssigned."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from actors.tasks.reward import Outcome, grade
+from actors.tasks.spec import Task, load_task
+from actors.tasks.verify import Verification
+from actors.tasks.workspace import CopyLimits, WorkspaceError
+from actors.verifier.grading import restore_to_folder
+from actors.verifier.tasks import FolderTasks, TaskUnavailable
+from actors.verifier.worker import VERIFIER_ID, VerifierWorker, reward_assigned
+from ops.paths import REPO_ROOT
+from sandbox_agent.hosttree import read_tree
+from sandbox_agent.snapshots import SnapshotStore
+from schemas.blobs import BlobRef, MemoryObjectStore
+from schemas.codec import default_codec
+from schemas.common import Verdict
+from tests.unit.actors.requests import SNAPSHOT, fixed_origin, request_meta, verify_request
+from tests.unit.tasks.helpers import make_task
+
+EXAMPLE = REPO_ROOT / "examples" / "tasks" / "easy-fix-range"
+
+
+class FakeGrader:
+    """Grades from a table snapshot id -> reported outcomes; records its calls."""
+
+    def __init__(self, results: dict[str, Verification] | None = None, fail: Exception | None = None):
+        self.results = results or {}
+        self.fail = fail
+        self.calls: list[tuple[str, str, str | None]] = []
+
+    def __call__(self, task: Task, snapshot_id: str, image: str | None) -> Verification:
+        self.calls.append((task.id, snapshot_id, image))
+        if self.fail is not None:
+            raise self.fail
+        return self.results[snapshot_id]
+
+
+@pytest.fixture(scope="module")
+def task() -> Task:
+    return load_task(EXAMPLE)
+
+
+@pytest.fixture
+def tasks(tmp_path: Path) -> FolderTasks:
+    shutil.copytree(EXAMPLE, tmp_path / "tasks" / "easy-fix-range")
+    return FolderTasks([tmp_path / "tasks"])
+
+
+def _meta(task: Task, **fields: object) -> object:
+    return request_meta(task_id=task.id, task_version=task.version, **fields)  # type: ignore[arg-type]
+
+
+def test_folder_tasks_find_exact_versions_only(tasks: FolderTasks, task: Task, tmp_path: Path) -> None:
+    assert tasks.ids == (task.id,)
+    assert tasks.get(task.id, task.version).version == task.version
+    with pytest.raises(TaskUnavailable, match="is at version") as caught:
+        tasks.get(task.id, "f" * 64)
+    assert caught.value.reason == "task_version_mismatch"
+    with pytest.raises(TaskUnavailable) as unknown:
+        tasks.get("nope", "v")
+    assert unknown.value.reason == "unknown_task"
+    # A task folder added (or edited) after start is found on demand.
+    added = load_task(make_task(tmp_path / "tasks" / "calc"))
+    assert tasks.get("calc-add", added.version).id == "calc-add"
+    folder = tmp_path / "tasks" / "easy-fix-range"
+    (folder / "tests" / "test_more.py").write_text("def test_more():\n    pass\n")
+    edited = load_task(folder)
+    assert tasks.get(task.id, edited.version).version == edited.version != task.version
+
+
+def test_a_snapshot_is_restored_into_a_host_folder(tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    (source / "pkg").mkdir(parents=True)
+    (source / "pkg" / "mod.py").write_text("x = 1\n")
+    (source / "run.sh").write_text("#!/bin/sh\n")
+    os.chmod(source / "run.sh", 0o755)
+    os.symlink("/etc/passwd", source / "link")
+    objects = MemoryObjectStore()
+    snapshot_id = SnapshotStore(objects).save(*read_tree(source))
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    restore_to_folder(objects, str(snapshot_id), dest)
+    assert (dest / "pkg" / "mod.py").read_text() == "x = 1\n"
+    assert os.access(dest / "run.sh", os.X_OK)
+    assert os.readlink(dest / "link") == "/etc/passwd"  # a link stays a link, never followed
+    with pytest.raises(WorkspaceError, match="holds 16 bytes, more than 4"):
+        restore_to_folder(objects, str(snapshot_id), tmp_path / "never", CopyLimits(max_bytes=4))
+    assert not (tmp_path / "never").exists()
+
+
+def test_a_graded_snapshot_becomes_reward_assigned(tasks: FolderTasks, task: Task) -> None:
+    tampered = grade(expected=task.test_ids, reports=(), tampered_paths=("tests/x.py",))
+    grader = FakeGrader({SNAPSHOT: Verification(tampered, 0.5, log="tail")})
+    objects = MemoryObjectStore()
+    worker = VerifierWorker(tasks, grader, objects, fixed_origin("verifier"))
+    request = verify_request(_meta(task, step=4, attempt=2, snapshot_id=SNAPSHOT))  # type: ignore[arg-type]
+    answer = worker.handle(request)
+    meta = answer.meta
+    assert (meta.episode_id, meta.step, meta.attempt) == ("ep-1", 4, 2)
+    assert (meta.prev_hash, meta.snapshot_id) == (request.meta.prev_hash, SNAPSHOT)
+    assert meta.producer.kind == "verifier"
+    assert (answer.verdict, answer.reward, answer.tampered_paths) == (Verdict.TAMPERED, -1.0, ("tests/x.py",))
+    assert answer.failed_tests == task.test_ids and answer.total == len(task.test_ids)
+    assert answer.verifier == VERIFIER_ID and answer.report is not None
+    report = json.loads(objects.get(answer.report))
+    assert report["verdict"] == "tampered" and report["snapshot_id"] == SNAPSHOT and report["log"] == "tail"
+    assert grader.calls == [(task.id, SNAPSHOT, "sandbox-image")]
+    assert default_codec().decode(default_codec().encode(answer)) == answer
+
+    again = worker.handle(request)  # redelivered: answered from the recorded grade, not graded again
+    assert len(grader.calls) == 1 and again.reward == answer.reward and again.report == answer.report
+
+
+@pytest.mark.parametrize(
+    ("case", "detail"),
+    [
+        ("unknown_version", "task_version_mismatch"),
+        ("unknown_task", "unknown_task"),
+        ("no_snapshot", "no_snapshot"),
+        ("grader_fails", "grading_failed: BlobIntegrityError: gone"),
+    ],
+)
+def test_what_cannot_be_graded_is_verdict_error(
+    tasks: FolderTasks, task: Task, case: str, detail: str
+) -> None:
+    from schemas.blobs import BlobIntegrityError
+
+    grader = FakeGrader(fail=BlobIntegrityError("gone"))
+    objects = MemoryObjectStore()
+    worker = VerifierWorker(tasks, grader, objects, fixed_origin("verifier"))
+    meta = {
+        "unknown_version": request_meta(task_id=task.id, task_version="f" * 64, snapshot_id=SNAPSHOT),
+        "unknown_task": request_meta(task_id="nope", snapshot_id=SNAPSHOT),
+        "no_snapshot": request_meta(task_id=task.id, task_version=task.version),
+        "grader_fails": request_meta(task_id=task.id, task_version=task.version, snapshot_id=SNAPSHOT),
+    }[case]
+    answer = worker.handle(verify_request(meta))
+    assert (answer.verdict, answer.reward, answer.passed) == (Verdict.ERROR, 0.0, 0)
+    assert isinstance(answer.report, BlobRef)
+    assert detail in json.loads(objects.get(answer.report))["detail"]
+    worker.handle(verify_request(meta))
+    assert len(grader.calls) == (2 if case == "grader_fails" else 0)  # errors are never cached
+
+
+def test_a_full_pass_is_verdict_pass(task: Task) -> None:
+    passed = grade(expected=task.test_ids, reports=[(t, Outcome.PASSED) for t in task.test_ids])
+    answer = reward_assigned(fixed_origin("verifier"), verify_request(), Verification(passed, 1.0))
+    assert (answer.verdict, answer.reward, answer.failed_tests) == (Verdict.PASS, 1.0, ())
