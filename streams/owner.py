@@ -543,3 +543,47 @@ def _task(state: OwnerState) -> TaskInfo:
     if state.task is None:
         raise OwnerError(f"episode {state.episode.episode_id} has no task")
     return state.task
+
+
+# -- resuming after a rebuild ----------------------------------------------------------------------------
+# The functions above say what to do after an input; `resume` says what is due for a state alone, the
+# way the owner would have continued when the table missed its last write and the state was rebuilt from
+# `episode.events`: the request its phase waits for (attempt 1: what the lost input issued, so its
+# idempotency key repeats), the EpisodeCompleted after a reward, or the trajectory of an ended episode
+# (it may have been published already: the learner keys trajectories by episode and drops repeats).
+
+
+def resume(state: OwnerState, *, origin: Origin, now_us: int) -> Effects:
+    """The effects due for `state`; its `outstanding` is recomputed (the lost write held it)."""
+    draft = Effects(dataclasses.replace(state, outstanding=None))
+    episode = state.episode
+    phase = episode.phase
+    if phase is Phase.AWAITING_ACTION:
+        return _next_action(draft, origin, now_us)
+    if phase is Phase.AWAITING_EXECUTION:
+        return _issue(draft, RequestKind.SANDBOX, 1, origin, now_us)
+    if phase is Phase.AWAITING_VERIFICATION:
+        return _issue(draft, RequestKind.VERIFY, 1, origin, now_us)
+    if phase is Phase.REWARDED:
+        reward = episode.reward
+        started = _started(episode)
+        if reward is None:
+            raise OwnerError(f"episode {episode.episode_id}: rewarded without a reward")
+        completed = EpisodeCompleted(
+            _meta(origin, episode, now_us),
+            reward.reward,
+            reward.verdict,
+            episode.step,
+            now_us - started.meta.occurred_at_us,
+        )
+        draft = _append(draft, completed)
+        trajectory = _completed_trajectory(draft.state, origin, now_us)
+        return dataclasses.replace(draft, trajectory=trajectory)
+    if phase is Phase.COMPLETED:
+        return dataclasses.replace(draft, trajectory=_completed_trajectory(state, origin, now_us))
+    if phase is Phase.FAILED and isinstance(episode.outcome, EpisodeFailed) and episode.started is not None:
+        failed = episode.outcome
+        meta = _meta(origin, episode, now_us)
+        lost = TrajectoryFailed(meta, failed.failure, failed.reason, episode.steps)
+        return dataclasses.replace(draft, trajectory=lost)
+    return draft

@@ -1,0 +1,370 @@
+"""The streams worker's core on a fake bus and a dict table: effects order, dead letters, crash recovery."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Awaitable, Iterator
+
+import pytest
+
+from schemas.actions import Submit
+from schemas.chain import digest, verify_chain
+from schemas.codec import default_codec
+from schemas.deadletter import DeadLetter
+from schemas.events import EPISODE_EVENT_TYPES, EpisodeEvent
+from schemas.fold import fold
+from schemas.record import Record
+from schemas.requests import PolicyRequest, SandboxRequest, VerifyRequest
+from schemas.sources import Origin
+from schemas.state import Phase
+from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
+from streams.owner import OwnerState, TaskInfo
+from streams.tables import Row
+from streams.worker import EpisodeWorker, Input
+from tests.unit.streams.world import (
+    CONFIG,
+    EPISODE,
+    T0,
+    TASK,
+    Workers,
+    abort_command,
+    owner_origin,
+    start_command,
+)
+
+CODEC = default_codec()
+
+
+class Crash(Exception):
+    """The process dies here."""
+
+
+class Log:
+    """Every topic as one partition (0); `send` appends at once and acks with the offset."""
+
+    def __init__(self) -> None:
+        self.topics: dict[str, list[tuple[bytes | None, bytes]]] = {}
+        self.fail_after: int | None = None  # crash after this many more sends
+
+    async def send(self, topic: str, key: bytes | None, value: bytes) -> Awaitable[int]:
+        if self.fail_after is not None:
+            if self.fail_after == 0:
+                raise Crash(topic)
+            self.fail_after -= 1
+        records = self.topics.setdefault(topic, [])
+        records.append((key, value))
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        future.set_result(len(records) - 1)
+        return future
+
+    def values(self, topic: str) -> list[bytes]:
+        return [value for _key, value in self.topics.get(topic, [])]
+
+    def records(self, topic: str) -> list[Record]:
+        return [CODEC.decode(value) for value in self.values(topic)]
+
+    def read_events(self, partition: int, start: int) -> Iterator[tuple[int, bytes | None, bytes | None]]:
+        for offset, (key, value) in enumerate(self.topics.get("episode.events", [])):
+            if offset >= start:
+                yield offset, key, value
+
+
+class Rows(dict[str, bytes]):
+    """The table; `crash_next` makes the next write die (after the effects were acked)."""
+
+    crash_next = False
+
+    def __setitem__(self, key: str, value: bytes) -> None:
+        if self.crash_next:
+            self.crash_next = False
+            raise Crash("before the table write")
+        super().__setitem__(key, value)
+
+
+class Tasks:
+    def __init__(self, *tasks: TaskInfo) -> None:
+        self.tasks = {task.task_id: task for task in tasks}
+
+    def get(self, task_id: str, *, refresh: bool = True) -> TaskInfo | None:
+        return self.tasks.get(task_id)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def now_us(self) -> int:
+        self.now += 1_000
+        return self.now
+
+
+@dataclasses.dataclass
+class World:
+    log: Log = dataclasses.field(default_factory=Log)
+    rows: Rows = dataclasses.field(default_factory=Rows)
+    clock: Clock = dataclasses.field(default_factory=Clock)
+    workers: Workers = dataclasses.field(default_factory=Workers)
+    origin: Origin = dataclasses.field(default_factory=owner_origin)
+    offsets: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def worker(self) -> EpisodeWorker:
+        """A fresh worker process over the same broker and table (as after a restart)."""
+        worker = EpisodeWorker(
+            rows=self.rows,
+            bus=self.log,
+            tasks=Tasks(TASK),
+            read_events=self.log.read_events,
+            origin=self.origin,
+            clock=self.clock,
+        )
+        asyncio.run(worker.sync_assignment({0}))
+        return worker
+
+    def deliver(self, worker: EpisodeWorker, topic: str, record: Record | bytes) -> None:
+        value = record if isinstance(record, bytes) else CODEC.encode(record)
+        offset = self.offsets.get(topic, 0)
+        self.offsets[topic] = offset + 1
+        asyncio.run(worker.handle(Input(topic, 0, offset, EPISODE.encode(), value)))
+
+    def events(self) -> list[EpisodeEvent]:
+        return [e for e in self.log.records("episode.events") if isinstance(e, EPISODE_EVENT_TYPES)]
+
+    def requests(self, topic: str) -> list[Record]:
+        return self.log.records(topic)
+
+    def dead(self) -> list[DeadLetter]:
+        return [d for d in self.log.records("deadletter") if isinstance(d, DeadLetter)]
+
+    def state(self) -> OwnerState:
+        return Row.decode(self.rows[EPISODE]).state
+
+
+def _last(world: World, topic: str) -> Record:
+    return world.requests(topic)[-1]
+
+
+def _play(world: World, worker: EpisodeWorker) -> None:
+    """Start, one `ls` step, submit, grade."""
+    world.deliver(worker, "episode.commands", start_command())
+    policy = _last(world, "policy.requests")
+    assert isinstance(policy, PolicyRequest)
+    world.deliver(worker, "policy.results", world.workers.act(policy))
+    sandbox = _last(world, "sandbox.requests")
+    assert isinstance(sandbox, SandboxRequest)
+    world.deliver(worker, "sandbox.results", world.workers.execute(sandbox))
+    policy = _last(world, "policy.requests")
+    assert isinstance(policy, PolicyRequest) and policy.meta.step == 1
+    world.deliver(worker, "policy.results", world.workers.act(policy, Submit("done")))
+    verify = _last(world, "verify.requests")
+    assert isinstance(verify, VerifyRequest)
+    world.deliver(worker, "verify.results", world.workers.grade(verify))
+
+
+def _assert_completed_log(world: World) -> None:
+    values = world.log.values("episode.events")
+    report = verify_chain(values, CODEC)
+    assert report.ok and report.duplicates == 0, report
+    events = world.events()
+    assert len({e.meta.event_id for e in events}) == len(events)
+    state = fold((e, digest(v)) for e, v in zip(events, values, strict=True))
+    assert state.phase is Phase.COMPLETED
+    assert [type(e).__name__ for e in events] == [
+        "EpisodeStarted",
+        "ActionProposed",
+        "StepExecuted",
+        "ActionProposed",
+        "RewardAssigned",
+        "EpisodeCompleted",
+    ]
+
+
+def test_an_episode_runs_to_completion_and_rows_follow_the_log() -> None:
+    world = World()
+    worker = world.worker()
+    _play(world, worker)
+    _assert_completed_log(world)
+    (trajectory,) = world.log.records("trajectories.completed")
+    assert isinstance(trajectory, TrajectoryCompleted) and trajectory.reward == 1.0
+    assert world.log.topics["trajectories.completed"][0][0] == TASK.task_id.encode()
+    row = Row.decode(world.rows[EPISODE])
+    assert row.state.episode.phase is Phase.COMPLETED and row.log_offset == 5 and row.partition == 0
+    assert world.dead() == []
+
+
+def test_a_duplicate_answer_is_dead_lettered_and_appends_nothing() -> None:
+    world = World()
+    worker = world.worker()
+    world.deliver(worker, "episode.commands", start_command())
+    policy = _last(world, "policy.requests")
+    assert isinstance(policy, PolicyRequest)
+    answer = world.workers.act(policy)
+    world.deliver(worker, "policy.results", answer)
+    world.deliver(worker, "policy.results", answer)
+    assert len(world.events()) == 2
+    assert [d.reason for d in world.dead()] == ["duplicate"]
+    assert len(world.requests("sandbox.requests")) == 1
+
+
+def test_bad_records_are_dead_lettered_with_their_reason() -> None:
+    world = World()
+    worker = world.worker()
+    world.deliver(worker, "episode.commands", b"\xc3\x01" + bytes(8) + b"junk")
+    world.deliver(worker, "policy.results", b"x")
+    world.deliver(worker, "policy.results", start_command())  # a command on an answer topic
+    reasons = [d.reason for d in world.dead()]
+    assert reasons[0] in {"unknown_fingerprint", "truncated"}
+    assert reasons[1:] == ["too_short", "unexpected_type"]
+    letter = world.dead()[1]
+    assert (letter.topic, letter.partition, letter.offset, letter.value) == ("policy.results", 0, 0, b"x")
+    assert world.events() == []
+
+
+def test_a_start_for_an_unknown_task_fails_the_episode() -> None:
+    world = World()
+    worker = world.worker()
+    worker.tasks = Tasks()
+    world.deliver(worker, "episode.commands", start_command())
+    (trajectory,) = world.log.records("trajectories.failed")
+    assert isinstance(trajectory, TrajectoryFailed) and trajectory.failure.value == "invalid_task"
+
+
+@pytest.mark.parametrize("crash_at", ["start", "action", "executed", "reward"])
+def test_a_crash_between_the_appends_and_the_table_write_leaves_no_duplicate(crash_at: str) -> None:
+    """The row write dies after the effects were acked; the restarted worker folds the log's tail, and the
+    redelivered input is a duplicate: the log holds every event once and the episode completes."""
+    world = World()
+    worker = world.worker()
+    inputs = {
+        "start": "episode.commands",
+        "action": "policy.results",
+        "executed": "sandbox.results",
+        "reward": "verify.results",
+    }
+    target = inputs[crash_at]
+    original = world.deliver
+    crashed: list[tuple[str, Record | bytes]] = []
+
+    def deliver(w: EpisodeWorker, topic: str, record: Record | bytes) -> None:
+        nonlocal worker
+        if topic == target and not crashed:
+            world.rows.crash_next = True
+            original(w, topic, record)  # the Crash is caught and dead-lettered as worker_error...
+            crashed.append((topic, record))
+            # ...but a real crash kills the process: drop that dead letter, restart and redeliver.
+            world.log.topics["deadletter"] = [
+                (k, v) for k, v in world.log.topics.get("deadletter", []) if b"worker_error" not in v
+            ]
+            worker = world.worker()
+            original(worker, topic, record)
+            return
+        original(worker, topic, record)
+
+    world.deliver = deliver  # type: ignore[method-assign,assignment]
+    _play(world, worker)
+    _assert_completed_log(world)
+    assert [d.reason for d in world.dead()] == ["duplicate"]
+    assert world.state().episode.phase is Phase.COMPLETED
+
+
+def test_restart_reissues_the_outstanding_request_with_the_same_key() -> None:
+    world = World()
+    worker = world.worker()
+    world.deliver(worker, "episode.commands", start_command())
+    (first,) = world.requests("policy.requests")
+    world.worker()
+    again = world.requests("policy.requests")[-1]
+    assert isinstance(first, PolicyRequest) and isinstance(again, PolicyRequest)
+    assert (again.meta.step, again.meta.attempt, again.meta.prev_hash) == (
+        first.meta.step,
+        first.meta.attempt,
+        first.meta.prev_hash,
+    )
+    assert len(world.events()) == 1
+
+
+def test_a_tick_past_the_deadline_reissues_then_fails() -> None:
+    world = World()
+    worker = world.worker()
+    world.deliver(worker, "episode.commands", start_command())
+    for attempt in range(2, CONFIG.max_attempts + 1):
+        world.clock.now = world.state().outstanding.deadline_us  # type: ignore[union-attr]
+        asyncio.run(worker.tick())
+        request = world.requests("policy.requests")[-1]
+        assert isinstance(request, PolicyRequest) and request.meta.attempt == attempt
+    asyncio.run(worker.tick())  # not yet due: nothing
+    assert len(world.requests("policy.requests")) == CONFIG.max_attempts
+    world.clock.now = world.state().outstanding.deadline_us  # type: ignore[union-attr]
+    asyncio.run(worker.tick())
+    (trajectory,) = world.log.records("trajectories.failed")
+    assert isinstance(trajectory, TrajectoryFailed) and trajectory.failure.value == "policy_timeout"
+    assert world.state().episode.phase is Phase.FAILED
+
+
+def test_ticks_skip_partitions_not_recovered() -> None:
+    world = World()
+    worker = world.worker()
+    world.deliver(worker, "episode.commands", start_command())
+    asyncio.run(worker.sync_assignment(set()))
+    world.clock.now = world.state().outstanding.deadline_us  # type: ignore[union-attr]
+    asyncio.run(worker.tick())
+    assert len(world.requests("policy.requests")) == 1
+
+
+def test_rows_round_trip() -> None:
+    world = World()
+    worker = world.worker()
+    _play(world, worker)
+    data = world.rows[EPISODE]
+    assert Row.decode(data).encode() == data
+    fresh = Row(OwnerState.new("e"), 3)
+    assert Row.decode(fresh.encode()) == fresh
+
+
+def test_a_crash_between_two_appends_is_finished_by_the_next_owner() -> None:
+    """RewardAssigned reached the log, EpisodeCompleted did not: the next owner appends it."""
+    world = World()
+    worker = world.worker()
+    world.deliver(worker, "episode.commands", start_command())
+    policy = _last(world, "policy.requests")
+    assert isinstance(policy, PolicyRequest)
+    world.deliver(worker, "policy.results", world.workers.act(policy, Submit("done")))
+    verify = _last(world, "verify.requests")
+    assert isinstance(verify, VerifyRequest)
+    grade = world.workers.grade(verify)
+    world.log.fail_after = 1  # RewardAssigned is sent, then the process dies
+    world.deliver(worker, "verify.results", grade)
+    world.log.fail_after = None
+    assert [type(e).__name__ for e in world.events()][-1] == "RewardAssigned"
+    restarted = world.worker()
+    assert [type(e).__name__ for e in world.events()][-2:] == ["RewardAssigned", "EpisodeCompleted"]
+    assert len(world.log.records("trajectories.completed")) == 1
+    world.deliver(restarted, "verify.results", grade)  # redelivered
+    assert len(world.events()) == 4 and verify_chain(world.log.values("episode.events"), CODEC).ok
+    assert [d.reason for d in world.dead()] == ["duplicate"]
+    assert world.state().episode.phase is Phase.COMPLETED and world.state().outstanding is None
+
+
+def test_a_lost_row_of_an_ended_episode_republishes_its_trajectory() -> None:
+    world = World()
+    worker = world.worker()
+    world.deliver(worker, "episode.commands", start_command())
+    world.rows.crash_next = True
+    world.deliver(worker, "episode.commands", abort_command())
+    assert world.state().episode.phase is Phase.AWAITING_ACTION  # the row write was lost
+    world.worker()
+    (first, again) = world.log.records("trajectories.failed")
+    assert isinstance(again, TrajectoryFailed) and again.failure.value == "aborted"
+    assert isinstance(first, TrajectoryFailed) and first.meta.prev_hash == again.meta.prev_hash
+    assert world.state().episode.phase is Phase.FAILED
+
+
+def test_ticks_use_the_deadlines_indexed_at_recovery() -> None:
+    world = World()
+    world.deliver(world.worker(), "episode.commands", start_command())
+    restarted = world.worker()  # rebuilds its index from the rows (and resends the request)
+    assert set(restarted.deadlines) == {EPISODE}
+    world.clock.now = world.state().outstanding.deadline_us  # type: ignore[union-attr]
+    asyncio.run(restarted.tick())
+    request = world.requests("policy.requests")[-1]
+    assert isinstance(request, PolicyRequest) and request.meta.attempt == 2
