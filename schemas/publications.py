@@ -8,7 +8,8 @@ from typing import Any, ClassVar
 
 from schemas.blobs import BlobRef
 from schemas.common import RecordMeta
-from schemas.record import AvroDict
+from schemas.record import AvroDict, from_optional, optional
+from schemas.requests import ResourceLimits
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +64,8 @@ class TaskPublished:
     bundle: BlobRef
     labels: Mapping[str, str] = field(default_factory=dict)
     difficulty: float | None = None
+    initial_snapshot_id: str | None = None  # v2: the snapshot of repo/ an episode's first step restores
+    limits: ResourceLimits | None = None  # v2: the task's sandbox quotas; None: the defaults
 
     def to_record(self) -> AvroDict:
         return {
@@ -78,6 +81,8 @@ class TaskPublished:
             "bundle": self.bundle.to_record(),
             "labels": dict(self.labels),
             "difficulty": self.difficulty,
+            "initial_snapshot_id": self.initial_snapshot_id,
+            "limits": optional(self.limits),
         }
 
     @classmethod
@@ -95,4 +100,6 @@ class TaskPublished:
             BlobRef.from_record(rec["bundle"]),
             dict(rec["labels"]),
             rec["difficulty"],
+            rec["initial_snapshot_id"],
+            from_optional(rec["limits"], ResourceLimits.from_record),
         )

@@ -8,9 +8,9 @@ request) are small and stored as JSON next to it. The row is versioned (`"v"`).
 
 `TaskCache` is the tasks table: every worker reads the whole compacted `tasks` topic (it is small and has
 one partition, so it cannot be co-partitioned with the episodes) and catches up on a miss, so a task
-published before a StartEpisode is always seen. `TaskPublished` carries neither resource limits nor an
-initial workspace snapshot: tasks get `ResourceLimits()` defaults and `initial_snapshot_id=None` (the
-image's workspace) until the record has them.
+published before a StartEpisode is always seen. Since v2 `TaskPublished` carries the task's quotas and the
+snapshot of its repo/ (the first step's restore point); a v1 record gets `ResourceLimits()` defaults and
+`initial_snapshot_id=None` (an empty workspace).
 """
 
 from __future__ import annotations
@@ -66,15 +66,15 @@ class Row:
 
 
 def task_info(published: TaskPublished) -> TaskInfo:
-    """The owner's view of a published task (default limits, no initial snapshot: see the module doc)."""
+    """The owner's view of a published task (a v1 record has no limits or initial snapshot: defaults)."""
     return TaskInfo(
         published.task_id,
         published.task_version,
         published.instruction,
         published.image,
         published.timeout_s,
-        ResourceLimits(),
-        None,
+        published.limits or ResourceLimits(),
+        published.initial_snapshot_id,
     )
 
 

@@ -1,7 +1,8 @@
 """Put validated tasks on the compacted `tasks` topic: a `TaskPublished` record keyed by task id.
 
 The task folder travels as a deterministic tarball in the object store (`bundle`), so any worker that reads
-the store can grade against exactly the version that was validated.
+the store can grade against exactly the version that was validated; repo/ is also stored as a workspace
+snapshot (`initial_snapshot_id`), the tree an episode's first step restores.
 """
 
 from __future__ import annotations
@@ -12,12 +13,15 @@ import tarfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from actors.tasks.spec import Task, load_task
+from actors.tasks.spec import Task, TaskLimits, load_task
+from actors.tasks.verify import task_quotas
 from ops.console import StackError
 from ops.paths import Paths
 from ops.topics import ensure_topics, topic_name
+from sandbox_agent.limits import MIB
 from schemas.blobs import BlobRef, LocalObjectStore, ObjectStore
 from schemas.publications import TaskPublished
+from schemas.requests import ResourceLimits
 from schemas.sources import Origin
 
 BUNDLE_MEDIA_TYPE = "application/x-tar"
@@ -44,7 +48,32 @@ def bundle(task: Task) -> bytes:
     return buffer.getvalue()
 
 
-def task_record(task: Task, bundle_ref: BlobRef, origin: Origin, image: str) -> TaskPublished:
+def initial_snapshot(task: Task, store: ObjectStore) -> str:
+    """Store repo/ as a workspace snapshot (links recorded, never followed); returns its id."""
+    from sandbox_agent.hosttree import read_tree
+    from sandbox_agent.snapshots import SnapshotStore
+
+    manifest, contents = read_tree(task.repo_dir)
+    return str(SnapshotStore(store).save(manifest, contents))
+
+
+def resource_limits(task: Task) -> ResourceLimits | None:
+    """The task's [limits] as the quotas a SandboxRequest carries; None when it sets none."""
+    limits = task.spec.limits
+    if limits == TaskLimits():
+        return None
+    quotas = task_quotas(task)
+    return ResourceLimits(
+        cpus=quotas.cpus,
+        memory_mb=quotas.memory_bytes // MIB,
+        pids=quotas.pids,
+        disk_mb=quotas.workspace_bytes // MIB,
+    )
+
+
+def task_record(
+    task: Task, bundle_ref: BlobRef, origin: Origin, image: str, snapshot_id: str | None = None
+) -> TaskPublished:
     meta = task.spec.meta
     return TaskPublished(
         meta=origin.record_meta(),
@@ -59,6 +88,8 @@ def task_record(task: Task, bundle_ref: BlobRef, origin: Origin, image: str) -> 
         bundle=bundle_ref,
         labels={"source": meta.source or "", "tags": ",".join(meta.tags)},
         difficulty=DIFFICULTY.get(meta.difficulty or ""),
+        initial_snapshot_id=snapshot_id,
+        limits=resource_limits(task),
     )
 
 
@@ -84,7 +115,7 @@ def publish_tasks(folders: Sequence[Path], bootstrap: str, paths: Paths, *, run:
         for folder in folders:
             task = load_task(folder)
             ref = store.put(bundle(task), BUNDLE_MEDIA_TYPE)
-            record = task_record(task, ref, origin, str(sandbox_ref()))
+            record = task_record(task, ref, origin, str(sandbox_ref()), initial_snapshot(task, store))
             producer.send(topic_name(run, "tasks"), key=task.id.encode(), value=record).get(timeout=30)
             published.append(task.id)
     finally:

@@ -160,6 +160,8 @@ RECORDS: dict[type[Record], st.SearchStrategy[Any]] = {
         blob_refs,
         st.dictionaries(TEXT, TEXT, max_size=3),
         st.none() | DOUBLE,
+        OPT_TEXT,
+        st.none() | st.builds(ResourceLimits, DOUBLE, INT, INT, INT),
     ),
     DeadLetter: st.builds(
         DeadLetter,

@@ -130,3 +130,24 @@ def test_a_failing_upcaster_is_a_decode_error(things: tuple[list[SchemaVersion],
     with pytest.raises(DecodeError) as err:
         broken.decode_record(write_with(v1, {"celsius": 1.0}))
     assert err.value.reason is DecodeReason.UPCAST_FAILED
+
+
+def test_v1_task_published_is_read_with_no_initial_snapshot_and_default_limits(codec: Codec) -> None:
+    from schemas.blobs import BlobRef
+    from schemas.common import Producer, RecordMeta
+    from schemas.publications import TaskPublished
+    from schemas.requests import ResourceLimits
+
+    today = TaskPublished(
+        RecordMeta("e-1", 1, Producer("tasks-publisher", "h"), None),
+        "task-1", "a" * 64, "fix it", "img:1", 30.0, "pytest", None, ("tests/**",),
+        BlobRef.of(b"bundle"), {"source": "x"}, 0.25, "snap-1", ResourceLimits(cpus=0.5),
+    )  # fmt: skip
+    record = today.to_record()
+    del record["initial_snapshot_id"], record["limits"]  # what a v1 publisher wrote
+    v1 = codec.catalog.version(TaskPublished.SCHEMA, 1)
+    read = codec.decode_as(write_with(v1, record), TaskPublished)
+    assert codec.schema_of(write_with(v1, record)) == (TaskPublished.SCHEMA, 1)
+    assert (read.initial_snapshot_id, read.limits) == (None, None)
+    assert read.task_id == "task-1" and read.protected == ("tests/**",)
+    assert codec.decode_as(codec.encode(today), TaskPublished) == today
