@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
 import threading
 import uuid
@@ -78,6 +79,10 @@ class KafkaContainer(DockerContainer):
     def kill(self) -> None:
         """SIGKILL the broker: a crash, not a shutdown."""
         self.get_wrapped_container().kill()
+
+    def stop(self, force: bool = True, delete_volume: bool = True) -> None:
+        super().stop(force=force, delete_volume=delete_volume)
+        shutil.rmtree(self._config_dir, ignore_errors=True)
 
 
 def _kraft_cluster_id() -> str:
