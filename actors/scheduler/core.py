@@ -1,0 +1,175 @@
+"""The scheduler's decisions, pure: which `StartEpisode` commands to emit now.
+
+Inputs: the run's target (`Target`: N episodes, group size G, capacity, seed, max steps), the tasks known
+from the compacted `tasks` topic, the episodes started so far (their `StartEpisode` commands) and the ones
+ended (a trajectory on `trajectories.completed` or `trajectories.failed`). Output: the commands to send on
+`episode.commands`, keyed by episode id.
+
+Rules:
+
+* Backpressure: episodes in flight (started, not ended) never exceed `capacity`; nothing new starts while
+  the pipeline is full.
+* Never more than N episodes: the count of started episodes is what the log says, so a restarted scheduler
+  that read its earlier commands back starts none twice.
+* Episodes come in groups of G on one task (group-relative advantages): episode i belongs to group i // G;
+  the group's task is drawn from the sorted task ids with a generator seeded by (seed, group), so the draw
+  does not depend on when or how often the scheduler ran. A group already begun keeps the task (and
+  version) of its first command. Each episode's sampling seed is drawn from (seed, i).
+* Ids and times come from the injected `Origin` (its `IdSource` and `Clock`); nothing else is read.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from actors.scheduler.defaults import DEFAULT_CAPACITY, DEFAULT_GROUP_SIZE, DEFAULT_MAX_STEPS
+from schemas.commands import StartEpisode
+from schemas.common import EpisodeConfig
+from schemas.publications import TaskPublished
+from schemas.sources import Origin
+from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
+
+SEED_BITS = 31
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What the run asks for."""
+
+    run_id: str
+    episodes: int
+    group_size: int = DEFAULT_GROUP_SIZE
+    capacity: int = DEFAULT_CAPACITY
+    seed: int = 0
+    max_steps: int = DEFAULT_MAX_STEPS
+    policy_version: int = 0
+
+    def __post_init__(self) -> None:
+        if self.episodes < 0:
+            raise ValueError(f"episodes must be >= 0, not {self.episodes}")
+        if self.group_size < 1:
+            raise ValueError(f"group size must be >= 1, not {self.group_size}")
+        if self.capacity < 1:
+            raise ValueError(f"capacity must be >= 1, not {self.capacity}")
+        if self.max_steps < 1:
+            raise ValueError(f"max steps must be >= 1, not {self.max_steps}")
+
+    def group_id(self, group: int) -> str:
+        return f"{self.run_id}/g{group:06d}"
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRef:
+    """What a StartEpisode needs of a task."""
+
+    task_id: str
+    task_version: str
+    image: str
+
+    @classmethod
+    def of(cls, published: TaskPublished) -> TaskRef:
+        return cls(published.task_id, published.task_version, published.image)
+
+
+@dataclass
+class SchedulerState:
+    """The scheduler's view of the run, built from the log (mutable; `observe_*` are idempotent)."""
+
+    tasks: dict[str, TaskRef] = field(default_factory=dict)
+    started: dict[str, StartEpisode] = field(default_factory=dict)  # episode id -> its command
+    completed: dict[str, float] = field(default_factory=dict)  # episode id -> reward
+    failed: dict[str, str] = field(default_factory=dict)  # episode id -> failure class
+
+    def observe_task(self, published: TaskPublished) -> None:
+        self.tasks[published.task_id] = TaskRef.of(published)
+
+    def observe_start(self, command: StartEpisode, run_id: str) -> bool:
+        """Count a StartEpisode of the run (read back or just sent); False when it is another run's."""
+        if command.run_id != run_id:
+            return False
+        self.started.setdefault(command.episode_id, command)
+        return True
+
+    def observe_trajectory(self, trajectory: TrajectoryCompleted | TrajectoryFailed, run_id: str) -> bool:
+        """Count an ended episode of the run (a second copy changes nothing); False for another run's."""
+        meta = trajectory.meta
+        if meta.run_id != run_id:
+            return False
+        if isinstance(trajectory, TrajectoryCompleted):
+            self.completed.setdefault(meta.episode_id, trajectory.reward)
+        else:
+            self.failed.setdefault(meta.episode_id, trajectory.failure.value)
+        return True
+
+    @property
+    def ended(self) -> set[str]:
+        return set(self.completed) | set(self.failed)
+
+    @property
+    def in_flight(self) -> int:
+        return len(set(self.started) - self.ended)
+
+    def done(self, target: Target) -> bool:
+        """N episodes of the run have ended."""
+        return len(self.ended) >= target.episodes
+
+
+def group_task(target: Target, group: int, tasks: Mapping[str, TaskRef]) -> TaskRef:
+    """The task of `group`, drawn from the sorted task ids with a generator seeded by (seed, group)."""
+    ids = sorted(tasks)
+    return tasks[random.Random(f"{target.seed}:group:{group}").choice(ids)]
+
+
+def episode_seed(target: Target, index: int) -> int:
+    return random.Random(f"{target.seed}:episode:{index}").getrandbits(SEED_BITS)
+
+
+def _group_members(started: Iterable[StartEpisode], group_id: str) -> list[StartEpisode]:
+    return [command for command in started if command.group_id == group_id]
+
+
+def decide(state: SchedulerState, target: Target, origin: Origin) -> list[StartEpisode]:
+    """The StartEpisode commands to send now (the caller sends them, then `observe_start`s each)."""
+    commands: list[StartEpisode] = []
+    if not state.tasks:
+        return commands
+    started = list(state.started.values())
+    in_flight = state.in_flight
+    index = len(started)
+    while index < target.episodes and in_flight < target.capacity:
+        group = index // target.group_size
+        group_id = target.group_id(group)
+        members = _group_members([*started, *commands], group_id)
+        if members:
+            first = members[0]
+            task = TaskRef(first.task_id, first.task_version, first.image)
+        else:
+            task = group_task(target, group, state.tasks)
+        commands.append(
+            StartEpisode(
+                meta=origin.record_meta(),
+                run_id=target.run_id,
+                episode_id=origin.ids.new_id(),
+                task_id=task.task_id,
+                task_version=task.task_version,
+                policy_version=target.policy_version,
+                config=EpisodeConfig(max_steps=target.max_steps),
+                image=task.image,
+                group_id=group_id,
+                seed=episode_seed(target, index),
+            )
+        )
+        index += 1
+        in_flight += 1
+    return commands
+
+
+def progress(state: SchedulerState, target: Target) -> str:
+    """One line for stderr: started, ended (completed / failed), in flight."""
+    return (
+        f"scheduler {target.run_id or '(default run)'}: started {len(state.started)}/{target.episodes}, "
+        f"ended {len(state.ended)}/{target.episodes} (completed {len(state.completed)}, "
+        f"failed {len(state.failed)}), in flight {state.in_flight}/{target.capacity}"
+    )

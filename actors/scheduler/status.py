@@ -1,0 +1,106 @@
+"""A run's status, folded from its topics: `episode.commands`, `episode.events` and the trajectories.
+
+Pure (`RunStatus.observe` takes decoded records, in any order, duplicates included); `read_status` reads
+the topics of a run from the beginning to their current end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from schemas.commands import StartEpisode
+from schemas.events import EpisodeCompleted, EpisodeFailed, EpisodeStarted
+from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
+
+STATUS_TOPICS = ("episode.commands", "episode.events", "trajectories.completed", "trajectories.failed")
+
+
+@dataclass
+class RunStatus:
+    run_id: str
+    commanded: set[str] = field(default_factory=set)  # StartEpisode sent
+    started: set[str] = field(default_factory=set)  # EpisodeStarted logged
+    completed: dict[str, tuple[float, str]] = field(default_factory=dict)  # episode -> (reward, verdict)
+    failed: dict[str, str] = field(default_factory=dict)  # episode -> failure class
+    published_completed: set[str] = field(default_factory=set)  # on trajectories.completed
+    published_failed: set[str] = field(default_factory=set)  # on trajectories.failed
+
+    def observe(self, value: object) -> None:
+        """Fold one decoded record; records of other runs and other types are ignored."""
+        if isinstance(value, StartEpisode):
+            if value.run_id == self.run_id:
+                self.commanded.add(value.episode_id)
+            return
+        meta = getattr(value, "meta", None)
+        if getattr(meta, "run_id", None) != self.run_id:
+            return
+        episode: str = meta.episode_id  # type: ignore[union-attr]
+        if isinstance(value, EpisodeStarted):
+            self.started.add(episode)
+        elif isinstance(value, EpisodeCompleted):
+            self.completed[episode] = (value.reward, value.verdict.value)
+        elif isinstance(value, EpisodeFailed):
+            self.failed[episode] = value.failure.value
+        elif isinstance(value, TrajectoryCompleted):
+            self.published_completed.add(episode)
+            self.completed.setdefault(episode, (value.reward, value.verdict.value))
+        elif isinstance(value, TrajectoryFailed):
+            self.published_failed.add(episode)
+            self.failed.setdefault(episode, value.failure.value)
+
+    def observe_all(self, values: Iterable[object]) -> RunStatus:
+        for value in values:
+            self.observe(value)
+        return self
+
+    @property
+    def in_flight(self) -> set[str]:
+        return (self.commanded | self.started) - set(self.completed) - set(self.failed)
+
+    @property
+    def mean_reward(self) -> float | None:
+        rewards = [reward for reward, _verdict in self.completed.values()]
+        return sum(rewards) / len(rewards) if rewards else None
+
+    def to_json(self) -> dict[str, Any]:
+        by_class: dict[str, int] = {}
+        for failure in self.failed.values():
+            by_class[failure] = by_class.get(failure, 0) + 1
+        verdicts: dict[str, int] = {}
+        for _reward, verdict in self.completed.values():
+            verdicts[verdict] = verdicts.get(verdict, 0) + 1
+        return {
+            "run": self.run_id,
+            "commanded": len(self.commanded),
+            "started": len(self.started),
+            "completed": len(self.completed),
+            "failed": len(self.failed),
+            "failed_by_class": dict(sorted(by_class.items())),
+            "in_flight": len(self.in_flight),
+            "mean_reward": self.mean_reward,
+            "verdicts": dict(sorted(verdicts.items())),
+            "trajectories": {
+                "completed": len(self.published_completed),
+                "failed": len(self.published_failed),
+            },
+        }
+
+    def line(self) -> str:
+        data = self.to_json()
+        failed = ", ".join(f"{name} {count}" for name, count in data["failed_by_class"].items())
+        mean = "-" if self.mean_reward is None else f"{self.mean_reward:.3f}"
+        return (
+            f"run {self.run_id or '(default)'}: started {data['started']} (commanded {data['commanded']}), "
+            f"completed {data['completed']}, failed {data['failed']}{f' ({failed})' if failed else ''}, "
+            f"in flight {data['in_flight']}, mean reward {mean}"
+        )
+
+
+def read_status(bootstrap: str, run: str) -> RunStatus:
+    from actors.scheduler.log import read_to_end
+    from ops.topics import topic_name
+
+    topics = [topic_name(run, base) for base in STATUS_TOPICS]
+    return RunStatus(run).observe_all(value for _topic, value in read_to_end(bootstrap, topics))

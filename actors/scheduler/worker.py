@@ -1,0 +1,148 @@
+"""The scheduler as a Kafka process: start episodes on `episode.commands` until N of them have ended.
+
+On start it rebuilds its state from the log, so a restart never starts extra episodes: the tasks (the
+compacted `tasks` topic), every StartEpisode of the run already on `episode.commands` and every ended
+episode on `trajectories.completed` / `trajectories.failed`, each read from the beginning. Then it
+follows the trajectory topics (partitions assigned by hand, offsets committed under the group
+`<run>.trialog-scheduler` for visibility) and the tasks topic, and sends what `core.decide` asks for,
+each command acknowledged (acks=all) before it counts as started. It exits 0 once N episodes have ended.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+from actors.scheduler.core import SchedulerState, Target, decide, progress
+from actors.scheduler.log import assign_all, decoded, read_to_end
+from ops.topics import ensure_topics, topic_name
+from schemas.codec import default_codec
+from schemas.commands import StartEpisode
+from schemas.publications import TaskPublished
+from schemas.sources import Origin
+from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
+
+SEND_TIMEOUT_S = 60.0
+TRAJECTORIES = ("trajectories.completed", "trajectories.failed")
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerSettings:
+    bootstrap: str
+    target: Target
+    poll_timeout_ms: int = 500
+    wait_for_tasks_s: float = 120.0  # how long to wait for a first task before giving up
+
+    @property
+    def group_id(self) -> str:
+        return topic_name(self.target.run_id, "trialog-scheduler")
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+class SchedulerProcess:
+    """Rebuild, then decide-send-follow until done or `stopping` is set."""
+
+    def __init__(
+        self, settings: SchedulerSettings, origin: Origin, say: Callable[[str], None] = _say
+    ) -> None:
+        self.settings = settings
+        self.origin = origin
+        self.say = say
+        self.state = SchedulerState()
+        self.stopping = threading.Event()
+        run = settings.target.run_id
+        self.topics = {base: topic_name(run, base) for base in ("tasks", "episode.commands", *TRAJECTORIES)}
+        self.sent = 0  # commands this process sent
+
+    def observe(self, value: object) -> None:
+        run = self.settings.target.run_id
+        if isinstance(value, TaskPublished):
+            self.state.observe_task(value)
+        elif isinstance(value, StartEpisode):
+            self.state.observe_start(value, run)
+        elif isinstance(value, (TrajectoryCompleted, TrajectoryFailed)):
+            self.state.observe_trajectory(value, run)
+
+    def rebuild(self) -> None:
+        """The state the log holds now: tasks, the run's StartEpisode commands, its ended episodes."""
+        for _topic, value in read_to_end(self.settings.bootstrap, list(self.topics.values())):
+            self.observe(value)
+
+    def run(self) -> int:
+        """0 when N episodes ended; 1 when stopped, or when no task came within `wait_for_tasks_s`."""
+        from kafka import KafkaConsumer, KafkaProducer
+
+        settings, target = self.settings, self.settings.target
+        ensure_topics(settings.bootstrap, target.run_id)
+        self.rebuild()
+        self.say(f"{progress(self.state, target)} (read back; {len(self.state.tasks)} tasks)")
+        consumer = KafkaConsumer(
+            bootstrap_servers=settings.bootstrap, group_id=settings.group_id, enable_auto_commit=False
+        )
+        producer = KafkaProducer(bootstrap_servers=settings.bootstrap, acks="all")
+        try:
+            follow = [self.topics["tasks"], *(self.topics[base] for base in TRAJECTORIES)]
+            # Everything up to now was read by `rebuild`; following from the beginning again is harmless
+            # (every observation is idempotent) and cannot miss what arrived in between.
+            assign_all(consumer, follow)
+            return self._loop(consumer, producer)
+        finally:
+            consumer.close()
+            producer.close()
+
+    def _loop(self, consumer: Any, producer: Any) -> int:
+        settings, target = self.settings, self.settings.target
+        codec = default_codec()
+        waiting_since = time.monotonic()
+        last = ""
+        while not self.stopping.is_set():
+            if self.state.done(target):
+                self.say(f"{progress(self.state, target)}: done")
+                return 0
+            if not self.state.tasks and time.monotonic() - waiting_since > settings.wait_for_tasks_s:
+                self.say(f"scheduler {target.run_id}: no task on {self.topics['tasks']}; publish tasks first")
+                return 1
+            for command in decide(self.state, target, self.origin):
+                producer.send(
+                    self.topics["episode.commands"],
+                    key=command.episode_id.encode(),
+                    value=codec.encode(command),
+                ).get(SEND_TIMEOUT_S)
+                self.state.observe_start(command, target.run_id)
+                self.sent += 1
+            line = progress(self.state, target)
+            if line != last:
+                self.say(line)
+                last = line
+            batch = consumer.poll(timeout_ms=settings.poll_timeout_ms)
+            for records in batch.values():
+                for _topic, value in decoded(records):
+                    self.observe(value)
+            if batch:
+                consumer.commit()
+        self.say(f"{progress(self.state, target)}: stopped")
+        return 1
+
+
+def run_scheduler(settings: SchedulerSettings, instance: str | None = None) -> int:
+    """The process's entry: SIGINT / SIGTERM stop it (exit 1); N ended episodes end it (exit 0)."""
+    origin = Origin.system("scheduler", instance or f"{socket.gethostname()}")
+    process = SchedulerProcess(settings, origin)
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        process.stopping.set()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+    return process.run()

@@ -1,0 +1,248 @@
+"""`trialog run start` and `trialog run status`: start a run end to end, and see how it goes.
+
+`run start` ensures the run's topics, publishes its tasks (after `trialog tasks validate --runs 1` when
+`--validate` is given), then runs the scheduler in the foreground until `--episodes` episodes have ended.
+With `--spawn` it first starts one worker of each kind for the run as subprocesses (streams, sandbox,
+rollout, verifier: `python -m ops.cli worker KIND --run RUN --bootstrap ...`, each in its own consumer
+group `<run>.trialog-<kind>`, sandbox and verifier on the stack's object store, logs under
+`$TRIALOG_HOME/runs/<run>/`), and stops them (SIGTERM, then SIGKILL after a grace period) when the
+scheduler is done. `run status RUN` folds the run's topics into counts (started, completed, failed by
+class, in flight) and the mean reward.
+
+`register(subparsers)` adds the `run` command group to the `trialog` parser.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from actors.scheduler.cli import add_target_arguments, target_from_args
+from ops.console import StackError
+from ops.paths import REPO_ROOT, Paths
+
+if TYPE_CHECKING:
+    from actors.scheduler.status import RunStatus
+    from actors.scheduler.worker import SchedulerSettings
+
+POLICIES = ("scripted", "random")
+WORKER_KINDS = ("streams", "sandbox", "rollout", "verifier")
+STOP_GRACE_S = 30.0
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    run = subparsers.add_parser("run", help="start a run and follow it", description="Start and watch runs.")
+    commands = run.add_subparsers(dest="run_command", required=True, metavar="COMMAND")
+
+    text = "publish tasks and start a run's episodes (with --spawn: and its workers) until N have ended"
+    start = commands.add_parser("start", help=text, description=text)
+    start.add_argument(
+        "--tasks", type=Path, nargs="+", action="extend", required=True, metavar="DIR",
+        help="task folders or folders of them",
+    )  # fmt: skip
+    start.add_argument("--episodes", type=int, required=True, help="how many episodes the run has")
+    start.add_argument("--policy", choices=POLICIES, required=True, help="the rollout workers' policy plugin")
+    start.add_argument("--run", help="the run's topic prefix (default: a new `run-<hex>`)")
+    add_target_arguments(start)
+    start.add_argument(
+        "--spawn", action="store_true", help="also run one worker of each kind as subprocesses"
+    )
+    start.add_argument(
+        "--validate", action="store_true", help="first run `trialog tasks validate --runs 1` on the tasks"
+    )
+    start.add_argument("--bootstrap", help="Kafka bootstrap servers (default: the local stack's broker)")
+    start.set_defaults(handler=_cmd_run_start)
+
+    text = "counts of a run's episodes (started, completed, failed by class, in flight) and mean reward"
+    status = commands.add_parser("status", help=text, description=text)
+    status.add_argument("run", metavar="RUN", help="the run's topic prefix")
+    status.add_argument("--json", action="store_true", help="print one JSON object")
+    status.add_argument("--bootstrap", help="Kafka bootstrap servers (default: the local stack's broker)")
+    status.set_defaults(handler=_cmd_run_status)
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _bootstrap(args: argparse.Namespace) -> str:
+    if args.bootstrap:
+        return str(args.bootstrap)
+    from ops.stack.stack import StackConfig
+
+    return StackConfig.load(Paths.from_env()).kafka.bootstrap
+
+
+def worker_commands(
+    run: str, bootstrap: str, policy: str, tasks: Sequence[Path], paths: Paths
+) -> dict[str, list[str]]:
+    """The command line of each worker kind for `run` (one process each)."""
+    base = [sys.executable, "-m", "ops.cli", "worker"]
+    common = ["--run", run, "--bootstrap", bootstrap]
+    home = paths.component("runs") / (run or "default")
+    folders = [arg for folder in tasks for arg in ("--tasks", str(folder))]
+    rollout = ["--policy", policy]
+    if policy == "scripted":
+        rollout += [arg for folder in tasks for arg in ("--solutions", str(folder))]
+    return {
+        "streams": [*base, "streams", *common, "--data-dir", str(home / "streams-data")],
+        "sandbox": [
+            *base, "sandbox", *common, "--group", f"{run}.trialog-sandbox",
+            "--objects", str(paths.objects), "--state", str(home / "sandbox-steps"),
+        ],
+        "rollout": [*base, "rollout", *common, "--group", f"{run}.trialog-rollout", *rollout],
+        "verifier": [
+            *base, "verifier", *common, "--group", f"{run}.trialog-verifier",
+            *folders, "--objects", str(paths.objects),
+        ],
+    }  # fmt: skip
+
+
+@dataclass
+class Workers:
+    """Worker subprocesses of one run; `stop` ends them (SIGTERM, then SIGKILL after `grace_s`)."""
+
+    logs: Path
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def start(self, commands: dict[str, list[str]]) -> None:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        for kind, argv in commands.items():
+            with (self.logs / f"{kind}.log").open("ab") as out:
+                self.processes[kind] = subprocess.Popen(
+                    argv, cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+                )
+            _say(f"started {kind} worker (pid {self.processes[kind].pid}), log {self.logs / f'{kind}.log'}")
+
+    def dead(self) -> dict[str, int]:
+        """Workers that exited already, with their exit codes."""
+        return {kind: code for kind, p in self.processes.items() if (code := p.poll()) is not None}
+
+    def stop(self, grace_s: float = STOP_GRACE_S) -> dict[str, int]:
+        """Stop every worker; returns their exit codes."""
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        give_up = time.monotonic() + grace_s
+        codes: dict[str, int] = {}
+        for kind, process in self.processes.items():
+            try:
+                codes[kind] = process.wait(timeout=max(0.1, give_up - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _say(f"{kind} worker (pid {process.pid}) did not stop in {grace_s:.0f} s: killing it")
+                process.kill()
+                codes[kind] = process.wait()
+        return codes
+
+
+def _validate(tasks: Sequence[Path]) -> None:
+    argv = [sys.executable, "-m", "ops.cli", "tasks", "validate", *map(str, tasks), "--runs", "1"]
+    _say("validating the tasks (trialog tasks validate --runs 1)")
+    if subprocess.run(argv, cwd=REPO_ROOT, check=False).returncode != 0:
+        raise StackError("some tasks are not valid", "fix or remove them (trialog tasks validate)")
+
+
+def read_status(bootstrap: str, run: str) -> RunStatus:
+    from actors.scheduler.status import read_status as read
+
+    return read(bootstrap, run)
+
+
+def _cmd_run_start(args: argparse.Namespace) -> int:
+    from actors.scheduler.worker import SchedulerSettings, run_scheduler
+    from actors.tasks.publish import publish_tasks
+    from actors.tasks.spec import TaskError, find_tasks
+    from ops.topics import ensure_topics
+
+    run = args.run if args.run is not None else f"run-{uuid.uuid4().hex[:8]}"
+    try:
+        target = target_from_args(argparse.Namespace(**{**vars(args), "run": run}))
+        folders = [folder for root in args.tasks for folder in find_tasks(root)]
+    except (ValueError, TaskError) as exc:
+        raise StackError(f"trialog run start: {exc}", "fix the options") from None
+    paths = Paths.from_env()
+    bootstrap = _bootstrap(args)
+    started = time.monotonic()
+    if args.validate:
+        _validate(args.tasks)
+    created = ensure_topics(bootstrap, run)
+    _say(f"run {run}: {len(created)} topics created on {bootstrap}")
+    published = publish_tasks(folders, bootstrap, paths, run=run)
+    _say(f"run {run}: published {len(published)} tasks ({', '.join(published)}) [{_since(started)}]")
+    settings = SchedulerSettings(bootstrap, target)
+    if not args.spawn:
+        code = run_scheduler(settings)
+    else:
+        workers = Workers(paths.component("runs") / (run or "default") / "logs")
+        workers.start(worker_commands(run, bootstrap, args.policy, args.tasks, paths))
+        try:
+            code = _schedule_beside(workers, settings)
+        finally:
+            codes = workers.stop()
+            _say(f"run {run}: workers stopped {codes} [{_since(started)}]")
+    _say(f"{read_status(bootstrap, run).line()} [{_since(started)}]")
+    return code
+
+
+def _schedule_beside(workers: Workers, settings: SchedulerSettings) -> int:
+    """The scheduler in a thread while this one watches the workers: one that dies stops the run (1)."""
+    from actors.scheduler.worker import SchedulerProcess
+    from schemas.sources import Origin
+
+    process = SchedulerProcess(settings, Origin.system("scheduler", f"{socket.gethostname()}-{os.getpid()}"))
+    codes: list[int] = []
+    thread = threading.Thread(target=lambda: codes.append(process.run()), name="scheduler", daemon=True)
+    thread.start()
+    try:
+        while thread.is_alive():
+            thread.join(timeout=1.0)
+            if (dead := workers.dead()) and thread.is_alive():
+                _say(f"run {settings.target.run_id}: workers exited {dead}; stopping (see {workers.logs})")
+                process.stopping.set()
+                thread.join(timeout=30)
+                return 1
+    finally:
+        process.stopping.set()
+    return codes[0] if codes else 1
+
+
+def _since(started: float) -> str:
+    return f"{time.monotonic() - started:.1f} s"
+
+
+def _cmd_run_status(args: argparse.Namespace) -> int:
+    status = read_status(_bootstrap(args), args.run)
+    print(json.dumps(status.to_json(), indent=2) if args.json else status.line())
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m ops.run_cli start|status ...` (the same as `trialog run ...`)."""
+    parser = argparse.ArgumentParser(prog="trialog")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["run", *(sys.argv[1:] if argv is None else argv)])
+    try:
+        result: int = args.handler(args)
+    except StackError as exc:
+        print(f"trialog run: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("trialog run: interrupted", file=sys.stderr)
+        return 130
+    return result
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,196 @@
+"""`trialog run`: the status fold, the worker command lines, the parser, and the scheduler loop on a fake."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from actors.scheduler.core import Target
+from actors.scheduler.status import RunStatus
+from actors.scheduler.worker import SchedulerProcess, SchedulerSettings
+from ops.paths import Paths
+from ops.run_cli import Workers, register, worker_commands
+from schemas.blobs import BlobRef
+from schemas.codec import default_codec
+from schemas.commands import StartEpisode
+from schemas.common import EpisodeConfig, FailureClass, Producer, RecordMeta, Verdict
+from schemas.events import EpisodeCompleted, EpisodeFailed, EpisodeStarted
+from schemas.publications import TaskPublished
+from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
+from tests.unit.actors.requests import fixed_origin, request_meta
+
+RUN = "run-test"
+
+
+def _meta(episode: str, run: str = RUN) -> Any:
+    return dataclasses.replace(request_meta(episode=episode), run_id=run)
+
+
+def _command(episode: str, run: str = RUN) -> StartEpisode:
+    meta = RecordMeta(f"cmd-{episode}", 1, Producer("scheduler", "s"))
+    return StartEpisode(meta, run, episode, "task-1", "v1", 0, EpisodeConfig(8), "img", "g", 1)
+
+
+def _started(episode: str) -> EpisodeStarted:
+    return EpisodeStarted(_meta(episode), f"cmd-{episode}", EpisodeConfig(8), "img", "g", 1)
+
+
+def test_the_status_counts_each_episode_once_by_outcome() -> None:
+    status = RunStatus(RUN).observe_all(
+        [
+            *(_command(e) for e in ("e1", "e2", "e3", "e4")),
+            *(_started(e) for e in ("e1", "e2", "e3")),
+            EpisodeCompleted(_meta("e1"), 1.0, Verdict.PASS, 2, 10),
+            TrajectoryCompleted(_meta("e1"), "g", "Fix.", (), 1.0, Verdict.PASS, 1, 1, 0, 0),
+            TrajectoryCompleted(_meta("e1"), "g", "Fix.", (), 1.0, Verdict.PASS, 1, 1, 0, 0),  # again
+            TrajectoryCompleted(_meta("e2"), "g", "Fix.", (), 0.3, Verdict.PARTIAL, 1, 2, 0, 0),
+            EpisodeFailed(_meta("e3"), FailureClass.STEP_LIMIT, "long"),
+            TrajectoryFailed(_meta("e3"), FailureClass.STEP_LIMIT, "long", ()),
+            _command("x1", run="other"),
+            EpisodeCompleted(_meta("x1", run="other"), 1.0, Verdict.PASS, 2, 10),
+        ]
+    )
+    data = status.to_json()
+    assert data == {
+        "run": RUN,
+        "commanded": 4,
+        "started": 3,
+        "completed": 2,
+        "failed": 1,
+        "failed_by_class": {"step_limit": 1},
+        "in_flight": 1,
+        "mean_reward": 0.65,
+        "verdicts": {"partial": 1, "pass": 1},
+        "trajectories": {"completed": 2, "failed": 1},
+    }
+    assert "failed 1 (step_limit 1), in flight 1, mean reward 0.650" in status.line()
+    assert RunStatus("empty").to_json()["mean_reward"] is None
+
+
+def test_spawned_workers_share_the_object_store_and_run_in_the_runs_groups(tmp_path: Path) -> None:
+    paths = Paths(tmp_path / "home", tmp_path / "cache")
+    tasks = [Path("examples/tasks/a"), Path("examples/tasks/b")]
+    commands = worker_commands("r1", "127.0.0.1:1", "scripted", tasks, paths)
+    assert sorted(commands) == ["rollout", "sandbox", "streams", "verifier"]
+    for kind, argv in commands.items():
+        assert argv[2:5] == ["ops.cli", "worker", kind]
+        assert argv[argv.index("--run") + 1] == "r1" and argv[argv.index("--bootstrap") + 1] == "127.0.0.1:1"
+        if kind != "streams":
+            assert argv[argv.index("--group") + 1] == f"r1.trialog-{kind}"
+    for kind in ("sandbox", "verifier"):
+        assert commands[kind][commands[kind].index("--objects") + 1] == str(paths.objects)
+    assert commands["rollout"][-4:] == ["--solutions", "examples/tasks/a", "--solutions", "examples/tasks/b"]
+    assert commands["verifier"].count("--tasks") == 2
+    assert "--solutions" not in worker_commands("r1", "b", "random", tasks, paths)["rollout"]
+
+
+def test_the_run_commands_parse() -> None:
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers(dest="command"))
+    start = parser.parse_args(
+        [
+            "run",
+            "start",
+            "--tasks",
+            "a",
+            "b",
+            "--tasks",
+            "c",
+            "--episodes",
+            "4",
+            "--policy",
+            "scripted",
+            "--spawn",
+        ]
+    )
+    assert start.tasks == [Path("a"), Path("b"), Path("c")] and start.spawn and start.capacity == 4
+    status = parser.parse_args(["run", "status", "r1", "--json"])
+    assert status.run == "r1" and status.json
+
+
+class FakeConsumer:
+    """Hands out queued records on poll; `commit` is counted."""
+
+    def __init__(self) -> None:
+        self.queue: list[Any] = []
+        self.commits = 0
+
+    def poll(self, timeout_ms: int) -> dict[str, list[Any]]:
+        batch, self.queue = self.queue, []
+        return {"tp": batch} if batch else {}
+
+    def commit(self) -> None:
+        self.commits += 1
+
+
+class FakeProducer:
+    def __init__(self, on_send: Any) -> None:
+        self.sent: list[StartEpisode] = []
+        self.on_send = on_send
+
+    def send(self, topic: str, key: bytes, value: bytes) -> Any:
+        command = default_codec().decode(value)
+        assert isinstance(command, StartEpisode) and key == command.episode_id.encode()
+        self.sent.append(command)
+        self.on_send(command)
+        return self
+
+    def get(self, timeout: float) -> None:
+        return None
+
+
+@dataclasses.dataclass
+class _Record:
+    value: bytes
+    topic: str = "t"
+    partition: int = 0
+    offset: int = 0
+
+
+def test_the_loop_keeps_capacity_and_exits_when_n_episodes_ended() -> None:
+    target = Target(RUN, 5, capacity=2)
+    process = SchedulerProcess(
+        SchedulerSettings("unused", target), fixed_origin("scheduler"), say=lambda _: None
+    )
+    bundle = BlobRef(hashlib.sha256(b"x").hexdigest(), 1)
+    meta = RecordMeta("pub", 1, Producer("tasks", "t"))
+    process.observe(TaskPublished(meta, "task-1", "v1", "Fix.", "img", 30.0, "pytest", None, (), bundle))
+    consumer = FakeConsumer()
+    in_flight: list[int] = []
+
+    def on_send(command: StartEpisode) -> None:
+        in_flight.append(process.state.in_flight + 1)
+        # The episode ends right away: its trajectory arrives on the next poll.
+        trajectory = TrajectoryCompleted(
+            _meta(command.episode_id), "g", "Fix.", (), 1.0, Verdict.PASS, 1, 1, 0, 0
+        )
+        consumer.queue.append(_Record(default_codec().encode(trajectory)))
+
+    producer = FakeProducer(on_send)
+    assert process._loop(consumer, producer) == 0
+    assert len(producer.sent) == 5 and max(in_flight) == 2 and process.sent == 5
+    assert consumer.commits >= 1
+
+
+def test_workers_stop_on_sigterm_and_are_killed_past_the_grace(tmp_path: Path) -> None:
+    polite = [sys.executable, "-c", "import time; time.sleep(60)"]
+    stubborn = [
+        sys.executable, "-c",
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); "
+        "time.sleep(60)",
+    ]  # fmt: skip
+    workers = Workers(tmp_path / "logs")
+    workers.start({"polite": polite, "stubborn": stubborn})
+    give_up = time.monotonic() + 20
+    while "ready" not in (tmp_path / "logs" / "stubborn.log").read_text() and time.monotonic() < give_up:
+        time.sleep(0.05)
+    assert workers.dead() == {}
+    codes = workers.stop(grace_s=1.0)
+    assert codes == {"polite": -signal.SIGTERM, "stubborn": -signal.SIGKILL}
+    assert set(workers.dead()) == {"polite", "stubborn"}
