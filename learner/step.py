@@ -73,6 +73,6 @@ def learner_step(
     new = token_logprobs(model, batch.input_ids, batch.attention_mask)
     loss = ppo_clipped_loss(new, batch.behaviour, batch.advantages, batch.response_mask, clip_eps)
     optimizer.zero_grad()
-    loss.backward()
+    torch.autograd.backward(loss)
     optimizer.step()
     return float(loss.item())
