@@ -56,21 +56,28 @@ def collate(samples: Sequence[Sample], pad_id: int = 0) -> Batch:
     return Batch(ids, attention, response, behaviour, advantages)
 
 
-def token_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """log p(token t+1 | tokens <= t) for every position t: [B, L-1]."""
+def token_logprobs(
+    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0
+) -> torch.Tensor:
+    """log p(token t+1 | tokens <= t) for every position t: [B, L-1], at the sampling temperature (the
+    distribution the rollout drew from, so that an on-policy ratio is exactly 1)."""
     logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1, :]
-    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    logprobs = torch.log_softmax(logits.float() / temperature, dim=-1)
     chosen: torch.Tensor = logprobs.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
     return chosen
 
 
 def learner_step(
-    model: Any, optimizer: torch.optim.Optimizer, samples: Sequence[Sample], clip_eps: float = 0.2
+    model: Any,
+    optimizer: torch.optim.Optimizer,
+    samples: Sequence[Sample],
+    clip_eps: float = 0.2,
+    temperature: float = 1.0,
 ) -> float:
     """One gradient step on `samples`; returns the loss before the step."""
     batch = collate(samples)
     model.train()
-    new = token_logprobs(model, batch.input_ids, batch.attention_mask)
+    new = token_logprobs(model, batch.input_ids, batch.attention_mask, temperature)
     loss = ppo_clipped_loss(new, batch.behaviour, batch.advantages, batch.response_mask, clip_eps)
     optimizer.zero_grad()
     torch.autograd.backward(loss)
