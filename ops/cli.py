@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 
 from ops.console import StackError
 
-BENCHMARKS = {"codec": "ops.bench.codec", "sandbox": "ops.bench.sandbox"}
+BENCHMARKS = {"codec": "ops.bench.codec", "sandbox": "ops.bench.sandbox", "pipeline": "ops.bench.pipeline"}
 # Modules that add a command group with `register(subparsers)`; they import heavy modules only when run.
 COMMAND_GROUPS = ("sandbox_agent.cli", "actors.tasks.cli", "learner.cli", "ops.run_cli", "ops.audit_cli")
 # Modules that add a worker process under `trialog worker`, the same way.
