@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from kafka import KafkaConsumer, KafkaProducer
-from kafka.structs import OffsetAndMetadata
 
+from ops.kafka_serving import poll, serve_in_order
 from ops.topics import topic_name
 from schemas.codec import Codec, DecodeError, default_codec
 from schemas.common import EventMeta
@@ -107,10 +107,8 @@ class RequestLoop(Generic[Req]):
         producer = KafkaProducer(bootstrap_servers=self.settings.bootstrap, acks="all")
         try:
             while not self.stopping.is_set():
-                for partition, records in consumer.poll(timeout_ms=self.settings.poll_timeout_ms).items():
-                    for record in records:
-                        self.serve(record, producer)
-                        consumer.commit({partition: OffsetAndMetadata(record.offset + 1, None, -1)})
+                polled = poll(consumer, self.settings.poll_timeout_ms, self.stopping)
+                serve_in_order(consumer, polled, lambda record: self.serve(record, producer), self.stopping)
         finally:
             consumer.close()
             producer.close()

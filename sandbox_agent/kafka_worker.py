@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer
-from kafka.structs import OffsetAndMetadata
 
+from ops.kafka_serving import poll, serve_in_order
 from ops.topics import topic_name
 from sandbox_agent.errors import SandboxError
 from sandbox_agent.worker import SandboxWorker
@@ -67,10 +67,8 @@ class SandboxRequestLoop:
         producer = KafkaProducer(bootstrap_servers=self.settings.bootstrap, acks="all")
         try:
             while not self.stopping.is_set():
-                for partition, records in consumer.poll(timeout_ms=self.settings.poll_timeout_ms).items():
-                    for record in records:
-                        self._serve(record, producer)
-                        consumer.commit({partition: OffsetAndMetadata(record.offset + 1, None, -1)})
+                polled = poll(consumer, self.settings.poll_timeout_ms, self.stopping)
+                serve_in_order(consumer, polled, lambda record: self._serve(record, producer), self.stopping)
         finally:
             consumer.close()
             producer.close()

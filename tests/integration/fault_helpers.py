@@ -1,0 +1,272 @@
+"""Helpers of tests/integration/test_faults.py: a run's worker processes, and the run's log read back.
+
+`Cluster` starts the run's workers as subprocesses (`python -m ops.cli worker KIND ...`, as `trialog run
+start --spawn` does), kills them with SIGKILL and starts them again; each process writes its own log file
+under the test's folder (the kill and restart number is in the name). `LogView` is the run's log folded into
+what the fault tests look at: which episodes started and ended, the steps executed, the requests issued,
+the answers given.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kafka import KafkaConsumer, TopicPartition
+
+from ops.paths import REPO_ROOT
+from ops.topics import topic_name
+from schemas.codec import DecodeError, default_codec
+from schemas.events import EpisodeCompleted, EpisodeFailed, EpisodeStarted, StepExecuted
+from schemas.requests import PolicyRequest, SandboxRequest, VerifyRequest
+
+WORKER_KINDS = ("streams", "sandbox", "rollout", "verifier")
+READ_TOPICS = (
+    "episode.events",
+    "policy.requests",
+    "sandbox.requests",
+    "verify.requests",
+    "policy.results",
+    "sandbox.results",
+    "verify.results",
+)
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout_s: float, every_s: float = 0.3) -> None:
+    give_up = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > give_up:
+            raise AssertionError(f"no {what} within {timeout_s:g} s")
+        time.sleep(every_s)
+
+
+@dataclass
+class Cluster:
+    """The worker subprocesses of one run."""
+
+    run: str
+    bootstrap: str
+    folder: Path
+    tasks: Sequence[Path]
+    actions: Path
+    objects: Path
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    generation: dict[str, int] = field(default_factory=dict)
+    instances: list[str] = field(default_factory=list)
+    streams_data: Path | None = None
+
+    def argv(self, kind: str) -> list[str]:
+        n = self.generation[kind]
+        instance = f"{self.run}-{kind}-{n}"
+        self.instances.append(instance)
+        base = [
+            sys.executable,
+            "-m",
+            "ops.cli",
+            "worker",
+            kind,
+            "--run",
+            self.run,
+            "--bootstrap",
+            self.bootstrap,
+        ]
+        base += ["--instance", instance]
+        if kind == "streams":
+            assert self.streams_data is not None
+            return [*base, "--data-dir", str(self.streams_data)]
+        if kind == "sandbox":
+            state = self.folder / "sandbox-steps"
+            return [
+                *base,
+                "--group",
+                f"{self.run}.sandbox",
+                "--objects",
+                str(self.objects),
+                "--state",
+                str(state),
+            ]
+        if kind == "rollout":
+            return [
+                *base,
+                "--group",
+                f"{self.run}.rollout",
+                "--policy",
+                "scripted",
+                "--actions",
+                str(self.actions),
+            ]
+        if kind == "verifier":
+            folders = [arg for folder in self.tasks for arg in ("--tasks", str(folder))]
+            return [*base, "--group", f"{self.run}.verifier", *folders, "--objects", str(self.objects)]
+        if kind == "scheduler":
+            raise ValueError("start the scheduler with start_scheduler")
+        raise ValueError(kind)
+
+    def log(self, kind: str) -> Path:
+        return self.folder / "logs" / f"{kind}-{self.generation[kind]}.log"
+
+    def start(self, kind: str, argv: list[str] | None = None) -> subprocess.Popen[bytes]:
+        self.generation[kind] = self.generation.get(kind, -1) + 1
+        argv = argv or self.argv(kind)
+        path = self.log(kind)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("ab") as out:
+            process = subprocess.Popen(
+                argv,
+                cwd=REPO_ROOT,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+        self.processes[kind] = process
+        return process
+
+    def start_scheduler(self, episodes: int, capacity: int) -> subprocess.Popen[bytes]:
+        argv = [
+            sys.executable, "-m", "ops.cli", "worker", "scheduler", "--run", self.run, "--bootstrap",
+            self.bootstrap, "--episodes", str(episodes), "--capacity", str(capacity), "--group-size", "1",
+        ]  # fmt: skip
+        return self.start("scheduler", argv)
+
+    def kill(self, kind: str) -> None:
+        """SIGKILL: a crash, not a shutdown."""
+        process = self.processes[kind]
+        assert process.poll() is None, f"the {kind} worker died before the fault: {self.tail(kind)}"
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+
+    def alive(self) -> dict[str, bool]:
+        """The workers (not the scheduler, which exits when the run is done) still running."""
+        return {kind: p.poll() is None for kind, p in self.processes.items() if kind != "scheduler"}
+
+    def tail(self, kind: str, chars: int = 3000) -> str:
+        text = ""
+        for n in range(self.generation.get(kind, 0) + 1):
+            path = self.folder / "logs" / f"{kind}-{n}.log"
+            if path.exists():
+                text += f"--- {path.name}\n{path.read_text(errors='replace')[-chars:]}\n"
+        return text
+
+    def tails(self) -> str:
+        return "\n".join(self.tail(kind) for kind in self.processes)
+
+    def stop(self) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        give_up = time.monotonic() + 20
+        for process in self.processes.values():
+            try:
+                process.wait(timeout=max(0.1, give_up - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+
+
+@dataclass
+class LogView:
+    """The run's records so far, folded into what the fault tests check."""
+
+    started: set[str] = field(default_factory=set)
+    ended: dict[str, str] = field(default_factory=dict)  # episode -> "completed" | failure class
+    executed: dict[str, list[StepExecuted]] = field(default_factory=lambda: defaultdict(list))
+    requests: dict[str, list[tuple[str, PolicyRequest | SandboxRequest | VerifyRequest]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+    answers: dict[tuple[str, str, int], int] = field(default_factory=lambda: defaultdict(int))
+    initial_snapshot: dict[str, str | None] = field(default_factory=dict)
+
+    @property
+    def in_flight(self) -> set[str]:
+        return self.started - set(self.ended)
+
+    def outstanding_sandbox(self) -> set[str]:
+        """Episodes whose newest sandbox request has no StepExecuted yet."""
+        out = set()
+        for episode in self.in_flight:
+            steps = [r for kind, r in self.requests[episode] if kind == "sandbox"]
+            if steps:
+                newest = max(r.meta.step for r in steps)
+                if newest not in {e.meta.step for e in self.executed[episode]}:
+                    out.add(episode)
+        return out
+
+
+class Reader:
+    """An unsubscribed consumer that keeps reading the run's topics into a `LogView` (survives a broker
+    restart: kafka-python reconnects)."""
+
+    def __init__(self, bootstrap: str, run: str) -> None:
+        self.view = LogView()
+        self.names = {topic_name(run, base): base for base in READ_TOPICS}
+        self.consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
+        partitions = [
+            TopicPartition(name, p)
+            for name in self.names
+            for p in sorted(self.consumer.partitions_for_topic(name) or ())
+        ]
+        self.consumer.assign(partitions)
+        self.consumer.seek_to_beginning(*partitions)
+
+    def poll(self) -> LogView:
+        codec = default_codec()
+        for _ in range(20):
+            batches = self.consumer.poll(timeout_ms=200, max_records=5000)
+            if not batches:
+                break
+            for tp, batch in batches.items():
+                base = self.names[tp.topic]
+                for message in batch:
+                    with contextlib.suppress(DecodeError):
+                        self._add(base, codec.decode(message.value or b""))
+        return self.view
+
+    def _add(self, base: str, obj: object) -> None:
+        view = self.view
+        if isinstance(obj, EpisodeStarted):
+            view.started.add(obj.meta.episode_id)
+            view.initial_snapshot[obj.meta.episode_id] = obj.meta.snapshot_id
+        elif isinstance(obj, EpisodeCompleted):
+            view.ended[obj.meta.episode_id] = "completed"
+        elif isinstance(obj, EpisodeFailed):
+            view.ended[obj.meta.episode_id] = obj.failure.value
+        elif isinstance(obj, StepExecuted) and base == "episode.events":
+            view.executed[obj.meta.episode_id].append(obj)
+        elif isinstance(obj, (PolicyRequest, SandboxRequest, VerifyRequest)):
+            kind = base.split(".")[0]
+            view.requests[obj.meta.episode_id].append((kind, obj))
+        if base.endswith(".results"):
+            meta = getattr(obj, "meta", None)
+            if meta is not None:
+                view.answers[(base.split(".")[0], meta.episode_id, meta.step)] += 1
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def dump(path: Path, data: object) -> None:
+    path.write_text(json.dumps(data, indent=2, default=str))
+
+
+def cgroups_running(argv: bytes) -> list[str]:
+    """The cgroups of the host's processes whose command line is `argv` (NUL-separated): the Docker engine
+    runs on this machine, so a sandbox's processes are visible in /proc (the engine's `top` needs ps, which
+    this machine lacks)."""
+    groups = []
+    for path in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if path.read_bytes() == argv:
+                groups.append((path.parent / "cgroup").read_text())
+        except OSError:
+            continue
+    return groups

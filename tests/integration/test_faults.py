@@ -1,0 +1,313 @@
+"""Fault tests of a run: every kind of worker and a sandbox container crash while episodes are in flight.
+
+A run of 20 episodes (four example tasks, five actions each: three harmless commands that each change the
+workspace, so that every step has its own snapshot, one of which sleeps so that a step is visibly running;
+the task's solution.patch; submit) on real Kafka and real Docker sandboxes,
+with one worker of each kind started as a subprocess by the test and the scheduler keeping `CAPACITY`
+episodes in flight. While episodes are in flight the test injects faults one after another, each at a moment
+read from the log (an episode mid-episode, a step running, a grading running):
+
+* SIGKILL of the streams worker, restarted on the same RocksDB folder; later once more on a fresh folder
+  (its table must come back from the changelog and the log);
+* SIGKILL of the sandbox, rollout and verifier workers, each restarted;
+* `docker kill` of the sandbox container running a step.
+
+Not here yet: a restart of the Kafka broker. When this test was written it killed the request-loop workers
+(a commit falling into the outage raised `KafkaConnectionError` out of the loop; seen on the verifier, the
+run then stuck at 13/20). The loops now rewind and retry instead (`ops.kafka_serving`, unit-tested); the
+broker-restart scenario is to be added here once it is shown reliable, together with a streams worker that
+retries its first connection.
+
+Then every episode must end (completed, or failed with a class), the audit of the run's log must report no
+lost episode, no duplicate step and no broken chain, and the work redone must stay within the steps in flight
+when the faults hit: requests re-issued (attempt > 1, the audit's `redone`) and answers given more than once
+for the same (episode, step), against the episodes in flight at each crash. Episodes that had executed steps
+when the sandbox worker died resume from their last snapshot: the next SandboxRequest restores the snapshot of
+their last StepExecuted, not the task's initial workspace.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+
+from actors.tasks.publish import publish_tasks
+from ops.audit import audit
+from ops.audit_cli import read_run
+from ops.paths import REPO_ROOT, Paths
+from ops.topics import ensure_topics
+from schemas.requests import SandboxRequest
+from tests.integration.fault_helpers import Cluster, LogView, Reader, cgroups_running, dump, wait_for
+
+TASKS = REPO_ROOT / "examples" / "tasks"
+EXAMPLES = tuple(
+    TASKS / name for name in ("easy-fix-add", "easy-fix-range", "easy-fix-is-even", "easy-fix-largest")
+)
+EPISODES = 20
+CAPACITY = 4
+SLEEP = "sleep 2"
+SLEEP_ARGV = b"sleep\x002\x00"
+MOMENT_TIMEOUT_S = 90.0
+RUN_TIMEOUT_S = 240.0
+
+
+def _actions(path: Path) -> Path:
+    scripts = {
+        folder.name: [
+            {"tool": "run", "command": "echo one > notes.txt && ls"},
+            {"tool": "run", "command": f"{SLEEP} && echo two >> notes.txt"},
+            {"tool": "run", "command": "cat notes.txt && python3 -c 'print(6 * 7)' >> notes.txt"},
+            {"tool": "apply_patch", "diff": (folder / "solution.patch").read_text(encoding="utf-8")},
+            {"tool": "submit"},
+        ]
+        for folder in EXAMPLES
+    }
+    path.write_text(json.dumps(scripts))
+    return path
+
+
+class Faults:
+    """Injects the faults and remembers, for each, the episodes in flight at the crash."""
+
+    def __init__(self, cluster: Cluster, reader: Reader) -> None:
+        self.cluster = cluster
+        self.reader = reader
+        self.crashes: list[dict[str, Any]] = []
+
+    def moment(self, what: str, check: Callable[[LogView], bool]) -> LogView:
+        def ready() -> bool:
+            dead = {k for k, alive in self.cluster.alive().items() if not alive}
+            if self.cluster.processes["scheduler"].poll() is not None:
+                dead.add("scheduler")
+            assert not dead, f"{dead} exited early:\n{self.cluster.tails()}"
+            return check(self.reader.poll())
+
+        wait_for(what, ready, MOMENT_TIMEOUT_S)
+        return self.reader.view
+
+    def record(self, fault: str, view: LogView, **extra: object) -> None:
+        flight = {  # episode -> the step in flight (its newest request's)
+            e: max((r.meta.step for _, r in view.requests[e]), default=0) for e in sorted(view.in_flight)
+        }
+        executed = {  # episode -> its last executed step, for those in flight that executed one
+            e: max(x.meta.step for x in view.executed[e]) for e in sorted(view.in_flight) if view.executed[e]
+        }
+        self.crashes.append(
+            {
+                "fault": fault,
+                "in_flight": flight,
+                "executed": executed,
+                "ended": len(view.ended),
+                "at": time.strftime("%X"),
+                **extra,
+            }
+        )
+
+    def progress(self) -> None:
+        """After a fault: some episode ends (the run goes on) before the next fault is injected."""
+        before = self.crashes[-1]["ended"]
+        self.moment(f"an episode ending after {self.crashes[-1]['fault']}", lambda v: len(v.ended) > before)
+        self.crashes[-1]["next_end"] = time.strftime("%X")
+
+    def kill_worker(
+        self, kind: str, check: Callable[[LogView], bool], *, fresh_data: Path | None = None
+    ) -> None:
+        view = self.moment(f"a moment to kill the {kind} worker", check)
+        self.record(f"kill -9 {kind}" + (" (fresh data dir)" if fresh_data else ""), view)
+        self.cluster.kill(kind)
+        if fresh_data is not None:
+            self.cluster.streams_data = fresh_data
+        self.cluster.start(kind)
+        self.progress()
+
+
+def _mid_episode(view: LogView) -> bool:
+    return any(view.executed[e] for e in view.in_flight)
+
+
+def _sandbox_busy_after_a_step(view: LogView) -> bool:
+    return any(view.executed[e] for e in view.outstanding_sandbox())
+
+
+def _policy_outstanding(view: LogView) -> bool:
+    for episode in view.in_flight:
+        steps = {r.meta.step for kind, r in view.requests[episode] if kind == "policy"}
+        executed = {e.meta.step for e in view.executed[episode]}
+        if (
+            steps
+            and max(steps) > 0
+            and max(steps) not in executed
+            and episode not in view.outstanding_sandbox()
+        ):
+            return True
+    return False
+
+
+def _grading(view: LogView) -> bool:
+    return any(any(kind == "verify" for kind, _ in view.requests[e]) for e in view.in_flight)
+
+
+def _kill_a_running_step(client: docker.DockerClient, faults: Faults) -> None:
+    """`docker kill` the sandbox container of the current sandbox worker that runs the sleeping step."""
+    label = f"dev.trialog.worker={faults.cluster.run}-sandbox-{faults.cluster.generation['sandbox']}"
+    found: list[docker.models.containers.Container] = []
+
+    def running_step(view: LogView) -> bool:
+        found.clear()
+        if not view.outstanding_sandbox():
+            return False
+        groups = cgroups_running(SLEEP_ARGV)
+        for container in client.containers.list(filters={"label": label}):
+            if any(container.id in group for group in groups):
+                found.append(container)
+        return bool(found)
+
+    view = faults.moment("a sandbox container running a step", running_step)
+    faults.record("docker kill sandbox container", view, container=found[0].name)
+    found[0].kill()
+    faults.progress()
+
+
+@pytest.fixture
+def cluster(
+    kafka_bootstrap: str, docker_client: docker.DockerClient, stack_paths: Paths, tmp_path: Path
+) -> Iterator[Cluster]:
+    run = f"flt{uuid.uuid4().hex[:8]}"
+    paths = Paths(tmp_path / "home", stack_paths.cache)
+    ensure_topics(kafka_bootstrap, run)
+    publish_tasks(list(EXAMPLES), kafka_bootstrap, paths, run=run)
+    made = Cluster(
+        run, kafka_bootstrap, tmp_path, EXAMPLES, _actions(tmp_path / "actions.json"), paths.objects
+    )
+    made.streams_data = tmp_path / "streams-data-0"
+    try:
+        yield made
+    finally:
+        made.stop()
+        keep = Path("/tmp") / "trialog-fault-logs" / run
+        if (tmp_path / "logs").exists():
+            shutil.copytree(tmp_path / "logs", keep, dirs_exist_ok=True)
+        for container in docker_client.containers.list(all=True, filters={"label": "dev.trialog.worker"}):
+            if container.labels.get("dev.trialog.worker", "").startswith(run):
+                container.remove(force=True)
+
+
+def test_a_run_survives_crashes_of_every_worker_and_of_a_sandbox(
+    cluster: Cluster,
+    kafka_bootstrap: str,
+    docker_client: docker.DockerClient,
+    tmp_path: Path,
+) -> None:
+    started = time.monotonic()
+    for kind in ("streams", "sandbox", "rollout", "verifier"):
+        cluster.start(kind)
+    scheduler = cluster.start_scheduler(EPISODES, CAPACITY)
+    reader = Reader(kafka_bootstrap, cluster.run)
+    faults = Faults(cluster, reader)
+    try:
+        faults.kill_worker("streams", _mid_episode)
+        faults.kill_worker("sandbox", _sandbox_busy_after_a_step)
+        # Episode -> its last executed step when the sandbox worker died.
+        resumable: dict[str, int] = faults.crashes[-1]["executed"]
+        faults.kill_worker("rollout", _policy_outstanding)
+        _kill_a_running_step(docker_client, faults)
+        faults.kill_worker("verifier", _grading)
+        faults.kill_worker("streams", _mid_episode, fresh_data=tmp_path / "streams-data-1")
+        wait_for(
+            "the scheduler's end",
+            lambda: scheduler.poll() is not None or not all(cluster.alive().values()),
+            RUN_TIMEOUT_S,
+            every_s=1.0,
+        )
+        assert scheduler.wait(timeout=5) == 0, cluster.tails()
+        assert all(cluster.alive().values()), cluster.tails()
+        view = reader.poll()
+    finally:
+        reader.close()
+        (tmp_path / "logs" / "crashes.json").write_text(json.dumps(faults.crashes, indent=2))
+    took = time.monotonic() - started
+
+    report = audit(read_run(kafka_bootstrap, cluster.run))
+    dump(tmp_path / "logs" / "audit.json", report.to_json())
+    summary = report.to_json()
+    assert report.started == EPISODES, summary
+    assert report.completed + sum(report.failed.values()) == EPISODES, summary
+    assert report.in_flight == 0 and report.lost == 0, summary
+    assert report.duplicate_steps == 0 and report.broken_chains == 0 and report.fold_errors == 0, summary
+    assert report.healthy and report.undecodable == {}, summary
+    assert len(view.ended) == EPISODES and all(view.ended.values()), view.ended
+
+    # Redone work: re-issued requests (attempt > 1) and answers given twice, within the steps in flight.
+    in_flight_at_crashes = sum(len(c["in_flight"]) for c in faults.crashes)
+    redone = sum(report.redone.values())
+    answered_again = sum(n - 1 for n in view.answers.values() if n > 1)
+    print(
+        f"run of {EPISODES} episodes with {len(faults.crashes)} faults: {took:.1f} s; completed "
+        f"{report.completed}, failed {report.failed}; redone {report.redone}; answers repeated "
+        f"{answered_again}; in flight at the crashes "
+        f"{[(c['fault'], len(c['in_flight'])) for c in faults.crashes]}"
+    )
+    assert redone <= in_flight_at_crashes, (report.redone, faults.crashes)
+    assert answered_again <= in_flight_at_crashes, (dict(view.answers), faults.crashes)
+    # Each repeated answer is the step one of the crashes found in flight (the log read at the crash may lag
+    # by one step: the request of the next step was on its way).
+    in_flight_steps = {
+        (episode, step + lag)
+        for crash in faults.crashes
+        for episode, step in crash["in_flight"].items()
+        for lag in (0, 1)
+    }
+    repeated = sorted(key for key, n in view.answers.items() if n > 1)
+    print(f"answers repeated (kind, episode, step): {repeated}")
+    assert all((episode, step) in in_flight_steps for _kind, episode, step in repeated), (
+        repeated,
+        faults.crashes,
+    )
+    per_episode = Counter(episode for _kind, episode, _step in repeated)
+    assert all(n <= len(faults.crashes) for n in per_episode.values()), per_episode
+
+    # Resumption: after the sandbox worker's crash, each episode that had executed steps restores its last
+    # snapshot, not the task's initial workspace.
+    assert resumable, "no episode had executed a step when the sandbox worker was killed"
+    resumed = 0
+    for episode, step in resumable.items():
+        snapshot = {x.meta.step: x.meta.snapshot_id for x in view.executed[episode]}[step]
+        later = [r for kind, r in view.requests[episode] if kind == "sandbox" and r.meta.step > step]
+        if not later:
+            continue  # its next action was submit: graded from that snapshot by the verifier
+        resumed += 1
+        first = later[0]
+        assert isinstance(first, SandboxRequest)
+        assert snapshot is not None and first.meta.snapshot_id == snapshot, (episode, first.meta, snapshot)
+        assert first.meta.snapshot_id != view.initial_snapshot[episode]
+    assert resumed, resumable
+    # Every workspace held what the earlier steps wrote, whichever sandbox worker or container ran the step.
+    for episode, executed in view.executed.items():
+        third = [x for x in executed if x.meta.step == 2]
+        assert third and third[0].exit_code == 0 and third[0].stdout.text == "one\ntwo\n", (episode, third)
+
+    # The container killed under a step: the sandbox worker restored the last snapshot into a new sandbox and
+    # ran that one step again there; the step's answer is the redone run's (exit 0), not the kill.
+    lost = re.findall(r"sandbox of (\w+) lost at step (\d+); restoring it", cluster.tail("sandbox", 100_000))
+    assert lost, cluster.tail("sandbox")
+    for episode, step in lost:
+        (answer,) = [x for x in view.executed[episode] if x.meta.step == int(step)]
+        assert answer.exit_code == 0 and not answer.timed_out, answer
+    print(f"sandboxes lost and restored (episode, step): {lost}")
+    # And across the whole run: every sandbox request restores the snapshot of the step before it.
+    for episode, executed in view.executed.items():
+        after = {e.meta.step: e.meta.snapshot_id for e in executed}
+        for kind, request in view.requests[episode]:
+            step = request.meta.step
+            if kind == "sandbox" and step - 1 in after:
+                assert request.meta.snapshot_id == after[step - 1], (episode, step)

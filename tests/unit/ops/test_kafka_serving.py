@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from kafka.errors import KafkaConnectionError
+from kafka.structs import TopicPartition
+
+from ops import kafka_serving
+from ops.kafka_serving import poll, serve_in_order
+
+TP = TopicPartition("sandbox.requests", 0)
+
+
+@dataclass
+class Record:
+    offset: int
+
+
+@dataclass
+class FlakyConsumer:
+    """Commits fail `failures` times (a broker restarting), then succeed."""
+
+    failures: int = 0
+    committed: list[int] = field(default_factory=list)
+    seeks: list[int] = field(default_factory=list)
+
+    def commit(self, offsets: dict[Any, Any]) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise KafkaConnectionError("111 ECONNREFUSED")
+        self.committed.append(offsets[TP].offset)
+
+    def seek(self, partition: Any, offset: int) -> None:
+        self.seeks.append(offset)
+
+    def poll(self, timeout_ms: int) -> dict[Any, list[Record]]:
+        raise KafkaConnectionError("broker down")
+
+
+def test_records_are_served_then_committed_in_order() -> None:
+    consumer, served = FlakyConsumer(), []
+    serve_in_order(
+        consumer, {TP: [Record(5), Record(6)]}, lambda r: served.append(r.offset), threading.Event()
+    )
+    assert served == [5, 6] and consumer.committed == [6, 7] and consumer.seeks == []
+
+
+def test_a_failed_commit_rewinds_to_the_record_instead_of_crashing(monkeypatch: Any) -> None:
+    monkeypatch.setattr(kafka_serving, "RETRY_S", 0.0)
+    consumer, served = FlakyConsumer(failures=1), []
+    serve_in_order(
+        consumer, {TP: [Record(5), Record(6)]}, lambda r: served.append(r.offset), threading.Event()
+    )
+    # 5 was answered but its commit failed: rewind to 5, leave 6 for the next poll (after the rewind).
+    assert served == [5] and consumer.seeks == [5] and consumer.committed == []
+    serve_in_order(
+        consumer, {TP: [Record(5), Record(6)]}, lambda r: served.append(r.offset), threading.Event()
+    )
+    assert served == [5, 5, 6] and consumer.committed == [6, 7]
+
+
+def test_a_poll_while_kafka_is_down_returns_nothing(monkeypatch: Any) -> None:
+    monkeypatch.setattr(kafka_serving, "RETRY_S", 0.0)
+    assert poll(FlakyConsumer(), 100, threading.Event()) == {}
