@@ -195,11 +195,9 @@ def read_run(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="trialog")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["audit", *(sys.argv[1:] if argv is None else argv)])
-    handler: Callable[[argparse.Namespace], int] = args.handler
-    return handler(args)
+    from ops.cli import run_group
+
+    return run_group(register, "trialog", ["audit", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

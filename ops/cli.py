@@ -7,6 +7,7 @@ import importlib
 import json
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from ops.console import StackError
 
@@ -114,7 +115,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    return _dispatch(build_parser().parse_args(argv))
+
+
+def run_group(register: Callable[[Any], None], prog: str, argv: Sequence[str]) -> int:
+    """A command group's own entry point (`python -m actors.rollout.cli rollout ...`): a parser holding
+    just that group, dispatched exactly as `trialog` dispatches it."""
+    parser = argparse.ArgumentParser(prog=prog)
+    register(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
+    return _dispatch(parser.parse_args(argv))
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     handler: Handler = args.handler
     try:
         return handler(args)

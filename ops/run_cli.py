@@ -230,18 +230,9 @@ def _cmd_run_status(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m ops.run_cli start|status ...` (the same as `trialog run ...`)."""
-    parser = argparse.ArgumentParser(prog="trialog")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["run", *(sys.argv[1:] if argv is None else argv)])
-    try:
-        result: int = args.handler(args)
-    except StackError as exc:
-        print(f"trialog run: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("trialog run: interrupted", file=sys.stderr)
-        return 130
-    return result
+    from ops.cli import run_group
+
+    return run_group(register, "trialog", ["run", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

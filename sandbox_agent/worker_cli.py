@@ -12,6 +12,7 @@ import argparse
 import os
 import signal
 import socket
+import sys
 from pathlib import Path
 from types import FrameType
 
@@ -76,11 +77,9 @@ def _cmd_worker_sandbox(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="trialog worker")
-    register(parser.add_subparsers(dest="worker", required=True))
-    args = parser.parse_args(argv)
-    result: int = args.handler(args)
-    return result
+    from ops.cli import run_group
+
+    return run_group(register, "trialog worker", sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ own `--data-dir` (RocksDB keeps one database per table partition there).
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def register(workers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -28,12 +29,9 @@ def _cmd_worker_streams(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="trialog worker")
-    register(parser.add_subparsers(dest="worker", required=True))
-    args = parser.parse_args(argv)
-    handler = args.handler
-    result: int = handler(args)
-    return result
+    from ops.cli import run_group
+
+    return run_group(register, "trialog worker", sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+import sys
 from typing import TYPE_CHECKING
 
 from actors.scheduler.defaults import DEFAULT_CAPACITY, DEFAULT_GROUP_SIZE, DEFAULT_MAX_STEPS
@@ -76,11 +77,9 @@ def _cmd_worker_scheduler(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="trialog worker")
-    register(parser.add_subparsers(dest="worker", required=True))
-    args = parser.parse_args(argv)
-    result: int = args.handler(args)
-    return result
+    from ops.cli import run_group
+
+    return run_group(register, "trialog worker", sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":

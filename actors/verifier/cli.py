@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -96,11 +97,9 @@ def _cmd_worker_verifier(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="trialog worker")
-    register(parser.add_subparsers(dest="worker", required=True))
-    args = parser.parse_args(argv)
-    result: int = args.handler(args)
-    return result
+    from ops.cli import run_group
+
+    return run_group(register, "trialog worker", sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":
