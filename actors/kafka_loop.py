@@ -21,7 +21,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from kafka import KafkaConsumer, KafkaProducer
 
-from ops.kafka_serving import poll, serve_in_order
+from ops.kafka_serving import METADATA_MAX_AGE_MS, poll, serve_in_order
 from ops.topics import topic_name
 from schemas.codec import Codec, DecodeError, default_codec
 from schemas.common import EventMeta
@@ -103,6 +103,7 @@ class RequestLoop(Generic[Req]):
             auto_offset_reset="earliest",
             max_poll_records=1,  # one request at a time: a slow one must not hold others back in a batch
             max_poll_interval_ms=self.settings.max_poll_interval_ms,
+            metadata_max_age_ms=METADATA_MAX_AGE_MS,
         )
         producer = KafkaProducer(bootstrap_servers=self.settings.bootstrap, acks="all")
         try:

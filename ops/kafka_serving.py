@@ -18,6 +18,10 @@ from kafka.structs import OffsetAndMetadata
 
 log = logging.getLogger(__name__)
 RETRY_S = 1.0
+# How often a consumer refreshes its metadata (kafka-python's default is 5 minutes). A group member that
+# joined before a new topic's metadata reached it is assigned no partitions of that topic; the refresh
+# notices the topic and the group rebalances, so a missed assignment heals within seconds.
+METADATA_MAX_AGE_MS = 5_000
 
 
 def poll(consumer: Any, timeout_ms: int, stopping: threading.Event) -> Mapping[Any, Sequence[Any]]:

@@ -16,7 +16,7 @@ from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer
 
-from ops.kafka_serving import poll, serve_in_order
+from ops.kafka_serving import METADATA_MAX_AGE_MS, poll, serve_in_order
 from ops.topics import topic_name
 from sandbox_agent.errors import SandboxError
 from sandbox_agent.worker import SandboxWorker
@@ -63,6 +63,7 @@ class SandboxRequestLoop:
             auto_offset_reset="earliest",
             max_poll_records=1,  # one step at a time: a long step must not hold others back in a batch
             max_poll_interval_ms=self.settings.max_poll_interval_ms,
+            metadata_max_age_ms=METADATA_MAX_AGE_MS,
         )
         producer = KafkaProducer(bootstrap_servers=self.settings.bootstrap, acks="all")
         try:

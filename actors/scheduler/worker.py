@@ -22,6 +22,7 @@ from typing import Any
 
 from actors.scheduler.core import SchedulerState, Target, decide, progress
 from actors.scheduler.log import assign_all, decoded, read_to_end
+from ops.kafka_serving import METADATA_MAX_AGE_MS
 from ops.topics import ensure_topics, topic_name
 from schemas.codec import default_codec
 from schemas.commands import StartEpisode
@@ -87,7 +88,10 @@ class SchedulerProcess:
         self.rebuild()
         self.say(f"{progress(self.state, target)} (read back; {len(self.state.tasks)} tasks)")
         consumer = KafkaConsumer(
-            bootstrap_servers=settings.bootstrap, group_id=settings.group_id, enable_auto_commit=False
+            bootstrap_servers=settings.bootstrap,
+            group_id=settings.group_id,
+            enable_auto_commit=False,
+            metadata_max_age_ms=METADATA_MAX_AGE_MS,
         )
         producer = KafkaProducer(bootstrap_servers=settings.bootstrap, acks="all")
         try:
