@@ -52,8 +52,9 @@ class Consuming:
     max_poll_interval_ms: int = 900_000
 
 
-def connected(bootstrap: str, stopping: threading.Event, say: Callable[[str], None] = log.info) -> bool:
-    """Wait until a Kafka broker at `bootstrap` answers; False when `stopping` is set first."""
+def connected(bootstrap: str, stopping: threading.Event, say: Callable[[str], None] | None = None) -> bool:
+    """Wait until a Kafka broker at `bootstrap` answers, saying so (`say`, else the log: a warning while
+    waiting); False when `stopping` is set first."""
     from kafka import KafkaAdminClient
 
     pause = CONNECT_FIRST_WAIT_S
@@ -63,11 +64,12 @@ def connected(bootstrap: str, stopping: threading.Event, say: Callable[[str], No
                 bootstrap_servers=bootstrap, client_id="trialog-probe", bootstrap_timeout_ms=CONNECT_TRY_MS
             ).close()
         except KafkaError as exc:
-            say(f"waiting for Kafka at {bootstrap} ({type(exc).__name__}); trying again in {pause:.1f} s")
+            line = f"waiting for Kafka at {bootstrap} ({type(exc).__name__}); trying again in {pause:.1f} s"
+            (say or log.warning)(line)
             stopping.wait(pause)
             pause = min(pause * 2, CONNECT_MAX_WAIT_S)
             continue
-        say(f"connected to Kafka at {bootstrap}")
+        (say or log.info)(f"connected to Kafka at {bootstrap}")
         return True
     return False
 
@@ -76,7 +78,7 @@ def serve_requests(
     consuming: Consuming,
     serve: Callable[[Any, Any], None],
     stopping: threading.Event,
-    say: Callable[[str], None] = log.info,
+    say: Callable[[str], None] | None = None,
 ) -> None:
     """Call `serve(record, producer)` for each record of `consuming.topic`, one at a time, committing each
     after it is served, until `stopping` is set. At least once: a crash before the commit serves it again."""

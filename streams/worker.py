@@ -432,7 +432,26 @@ def run_from_args(args: argparse.Namespace) -> int:
 
         data_dir = str(Paths.from_env().component("streams") / f"data-{args.instance}")
     settings = Settings(bootstrap, args.run, data_dir, args.instance, args.standby_replicas)
+    if not _kafka_answers(bootstrap):
+        return 1
     return run_worker(settings)
+
+
+def _kafka_answers(bootstrap: str) -> bool:
+    """Wait for Kafka before starting Faust (started during a broker restart, it would fail at once)."""
+    import signal
+    import threading
+    from signal import SIGINT, SIGTERM
+
+    from ops.kafka_serving import connected
+
+    stopping = threading.Event()
+    previous = {signum: signal.signal(signum, lambda *_: stopping.set()) for signum in (SIGTERM, SIGINT)}
+    try:
+        return connected(bootstrap, stopping, lambda line: print(line, flush=True))
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def main(argv: list[str] | None = None) -> int:
