@@ -50,6 +50,9 @@ class Consuming:
     poll_timeout_ms: int = 500
     # Longer than one request may take to handle, or the group would think this worker dead.
     max_poll_interval_ms: int = 900_000
+    # A worker killed without leaving the group holds its partitions this long (heartbeats come from a
+    # thread of their own, so a long request does not count). kafka-python's default is 45 s.
+    session_timeout_ms: int = 15_000
 
 
 def connected(bootstrap: str, stopping: threading.Event, say: Callable[[str], None] | None = None) -> bool:
@@ -94,6 +97,8 @@ def serve_requests(
         auto_offset_reset="earliest",
         max_poll_records=1,  # one request at a time: a slow one must not hold others back in a batch
         max_poll_interval_ms=consuming.max_poll_interval_ms,
+        session_timeout_ms=consuming.session_timeout_ms,
+        heartbeat_interval_ms=consuming.session_timeout_ms // 5,
         metadata_max_age_ms=METADATA_MAX_AGE_MS,
     )
     producer = KafkaProducer(bootstrap_servers=consuming.bootstrap, acks="all")

@@ -29,16 +29,18 @@ os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 
 from testcontainers.core.container import DockerContainer
 
-CONTAINER_LABEL = "dev.trialog.test"
-# The test process that started a container. A test session removes leftovers at its start and end, but
-# only those whose owner is gone: sessions sharing one engine (several checkouts) must never remove each
-# other's running containers (a session's broker vanishing under it fails its tests for no reason). Kafka
-# containers carry only this label, so that sessions removing every `CONTAINER_LABEL` container leave them.
-OWNER_LABEL = "dev.trialog.test.owner"
+# Every container a test starts carries `owned_labels(role)`: its role, and the test process that owns it.
+# A test session removes leftovers at its start and end, but only its own and those whose owner is gone:
+# sessions sharing one engine (several checkouts) must never remove each other's running containers (a
+# broker or a sandbox vanishing under a test fails it for no reason of its own).
+CONTAINER_LABEL = "dev.trialog.tests"
+OWNER_LABEL = "dev.trialog.tests.owner"
+# Before owners were recorded: containers with this label are removed only once they no longer run.
+LEGACY_LABEL = "dev.trialog.test"
 
 
-def owner_labels() -> dict[str, str]:
-    return {OWNER_LABEL: str(os.getpid())}
+def owned_labels(role: str) -> dict[str, str]:
+    return {CONTAINER_LABEL: role, OWNER_LABEL: str(os.getpid())}
 
 
 def owner_alive(labels: dict[str, str]) -> bool:
@@ -84,7 +86,7 @@ class KafkaContainer(DockerContainer):
         )
         (self._config_dir / "log4j2.properties").write_text(kafka.LOG4J_CONFIG.read_text())
         runtime = java_home()
-        self.with_kwargs(network_mode="host", labels={"dev.trialog.test.role": "kafka", **owner_labels()})
+        self.with_kwargs(network_mode="host", labels=owned_labels("kafka"))
         self.with_env("JAVA_HOME", str(runtime))
         self.with_env("KAFKA_CLUSTER_ID", _kraft_cluster_id())
         self.with_volume_mapping(str(kafka.libs(paths)), "/opt/kafka/libs", "ro")

@@ -18,7 +18,7 @@ import pytest
 from ops.paths import Paths
 from ops.testing import (
     CONTAINER_LABEL,
-    OWNER_LABEL,
+    LEGACY_LABEL,
     JaegerProcess,
     KafkaContainer,
     leftover,
@@ -52,13 +52,18 @@ def docker_client(stack_paths: Paths) -> Iterator[docker.DockerClient]:
 
 def _remove_test_containers(client: docker.DockerClient) -> None:
     """This session's containers and those left by sessions that are gone, never another session's."""
-    for label in (CONTAINER_LABEL, OWNER_LABEL):
-        for container in client.containers.list(all=True, filters={"label": label}):
-            if not leftover(container.labels):
-                continue
-            # Another test session on the same engine (a second checkout) may remove it first.
-            with contextlib.suppress(docker.errors.NotFound):
-                container.remove(force=True)
+    for container in client.containers.list(all=True, filters={"label": CONTAINER_LABEL}):
+        if leftover(container.labels):
+            _remove(container)
+    for container in client.containers.list(all=True, filters={"label": LEGACY_LABEL}):
+        if container.status != "running":
+            _remove(container)
+
+
+def _remove(container: docker.models.containers.Container) -> None:
+    # Another test session on the same engine (a second checkout) may remove it first.
+    with contextlib.suppress(docker.errors.NotFound):
+        container.remove(force=True)
 
 
 @pytest.fixture(scope="session")
