@@ -1,8 +1,9 @@
 """A stateless worker's Kafka loop: consume a request topic, answer on a result topic, dead-letter the rest.
 
 Shared by the rollout worker (`policy.requests` -> `policy.results`) and the verifier (`verify.requests` ->
-`verify.results`); the sandbox worker's loop (`sandbox_agent.kafka_worker`) has the same shape. A consumer
-group: each partition, hence each episode, is served by one worker at a time; scale by running more.
+`verify.results`); consuming, committing and waiting for Kafka are `ops.kafka_serving.serve_requests`, which
+the sandbox worker's loop (`sandbox_agent.kafka_worker`) uses too. A consumer group: each partition, hence
+each episode, is served by one worker at a time; scale by running more.
 
 At least once: the answer (or dead letter) is produced and acknowledged before the request's offset is
 committed, so a crash redelivers the request and the handler answers it again. Handlers are idempotent on
@@ -19,20 +20,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
-from kafka import KafkaConsumer, KafkaProducer
-
-from ops.kafka_serving import poll, serve_in_order
+from ops.kafka_serving import SEND_TIMEOUT_S, Consuming, dead_letter, serve_requests, trace_headers
 from ops.topics import topic_name
 from schemas.codec import Codec, DecodeError, default_codec
 from schemas.common import EventMeta
-from schemas.deadletter import DeadLetter
 from schemas.record import Record
 from schemas.sources import Origin
 
 log = logging.getLogger(__name__)
-
-DETAIL_LIMIT = 2000
-SEND_TIMEOUT_S = 60.0
 
 
 class Refused(Exception):
@@ -95,33 +90,30 @@ class RequestLoop(Generic[Req]):
         self.stopping = threading.Event()
 
     def run(self) -> None:
-        consumer = KafkaConsumer(
-            self.requests_topic,
-            bootstrap_servers=self.settings.bootstrap,
-            group_id=self.settings.group_id,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            max_poll_records=1,  # one request at a time: a slow one must not hold others back in a batch
-            max_poll_interval_ms=self.settings.max_poll_interval_ms,
+        s = self.settings
+        consuming = Consuming(
+            s.bootstrap, s.group_id, self.requests_topic, s.poll_timeout_ms, s.max_poll_interval_ms
         )
-        producer = KafkaProducer(bootstrap_servers=self.settings.bootstrap, acks="all")
-        try:
-            while not self.stopping.is_set():
-                polled = poll(consumer, self.settings.poll_timeout_ms, self.stopping)
-                serve_in_order(consumer, polled, lambda record: self.serve(record, producer), self.stopping)
-        finally:
-            consumer.close()
-            producer.close()
+        serve_requests(consuming, self.serve, self.stopping)
 
-    def serve(self, record: Any, producer: KafkaProducer) -> None:
+    def serve(self, record: Any, producer: Any) -> None:
         """Answer one consumed record, or dead-letter it."""
         outcome = self.answer(record.value)
         if isinstance(outcome, Refused):
-            self._dead_letter(record, producer, outcome)
+            dead_letter(
+                producer,
+                self.deadletter_topic,
+                record,
+                self.origin,
+                self.codec,
+                outcome.reason,
+                outcome.detail,
+            )
             return
         key, value = outcome
-        headers = [(k, v) for k, v in (record.headers or []) if k == "traceparent"]
-        producer.send(self.results_topic, key=key, value=value, headers=headers).get(SEND_TIMEOUT_S)
+        producer.send(self.results_topic, key=key, value=value, headers=trace_headers(record)).get(
+            SEND_TIMEOUT_S
+        )
 
     def answer(self, value: bytes | None) -> tuple[bytes, bytes] | Refused:
         """(key, encoded answer) for a request's bytes, or why it is refused. Never raises."""
@@ -141,17 +133,3 @@ class RequestLoop(Generic[Req]):
         except Exception as exc:  # a bug or a broken dependency: keep the record, keep serving
             log.exception("failed on a request of %s", episode)
             return Refused("handler_error", f"{type(exc).__name__}: {exc}")
-
-    def _dead_letter(self, record: Any, producer: KafkaProducer, refused: Refused) -> None:
-        letter = DeadLetter(
-            self.origin.record_meta(),
-            record.topic,
-            record.partition,
-            record.offset,
-            record.key,
-            record.value,
-            refused.reason,
-            refused.detail[:DETAIL_LIMIT],
-            tuple(record.headers or ()),
-        )
-        producer.send(self.deadletter_topic, value=self.codec.encode(letter)).get(SEND_TIMEOUT_S)

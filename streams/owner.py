@@ -28,9 +28,19 @@ trajectory for analysis), and instead of another PolicyRequest the episode fails
 not grade the workspace as is: in the fold a `RewardAssigned` follows only a submitted `ActionProposed`,
 and inventing a submit would put an action the policy never sampled into a training trajectory.
 
-Explicit failure answers (e.g. a crashed sandbox) have no schema yet: workers dead-letter what they cannot
-do, and the owner sees a request that times out and is re-issued. An `AbortEpisode` for an episode that has
-not started is rejected as `unknown_episode` (an EpisodeFailed needs the task id and version it lacks).
+Failure answers: a sandbox worker that cannot do what a request asks answers with an `EpisodeFailed` whose
+header echoes the request (`on_sandbox_failed`). `invalid_action` (a write outside the workspace, a patch
+that does not apply) fails the episode at once: the policy is at fault and a retry would fail the same way.
+`sandbox_crash` (the sandbox was lost under the step) re-issues the step at once as the next attempt, which
+restores the last snapshot into a new sandbox, and fails the episode after `max_attempts`. The answer is
+checked like any other (right step, attempt and chain head); it is never appended itself: the owner writes
+the episode's EpisodeFailed. A worker may answer no other failure class on `sandbox.results`.
+
+Benign rejections (`BENIGN`: an answer already applied, a late answer of a superseded attempt, an answer
+after the episode ended) are what at-least-once delivery produces after any crash; the caller counts them
+and moves on. The others point at a bug or a forged record and are dead-lettered by the caller.
+An `AbortEpisode` for an episode that has not started is rejected as `unknown_episode` (an EpisodeFailed
+needs the task id and version it lacks).
 """
 
 from __future__ import annotations
@@ -80,7 +90,12 @@ _TIMEOUT_FAILURE = {
     RequestKind.VERIFY: FailureClass.VERIFIER_ERROR,
 }
 # Infrastructure failures: the task is not at fault, so a new episode of it may be tried.
-_RETRYABLE = frozenset(_TIMEOUT_FAILURE.values())
+_RETRYABLE = frozenset({*_TIMEOUT_FAILURE.values(), FailureClass.SANDBOX_CRASH})
+# The failures a sandbox worker may answer with, and whether the owner retries the step (next attempt).
+SANDBOX_FAILURES: Mapping[FailureClass, bool] = {
+    FailureClass.SANDBOX_CRASH: True,
+    FailureClass.INVALID_ACTION: False,
+}
 
 
 class Rejection(StrEnum):
@@ -94,6 +109,11 @@ class Rejection(StrEnum):
     NOT_OUTSTANDING = "not_outstanding"  # no request of this kind is waiting for an answer
     ENDED = "ended"  # the episode is completed or failed
     INVALID = "invalid"  # passed the checks but the fold refused it (a forged or corrupt answer)
+    UNEXPECTED_FAILURE = "unexpected_failure"  # a failure class the answering worker may not report
+
+
+# What redelivery after a crash produces by itself: counted by the caller, not dead-lettered.
+BENIGN = frozenset({Rejection.DUPLICATE, Rejection.STALE_ATTEMPT, Rejection.ENDED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,6 +299,20 @@ def on_reward(state: OwnerState, answer: RewardAssigned, *, origin: Origin, now_
     return dataclasses.replace(draft, trajectory=_completed_trajectory(draft.state, origin, now_us))
 
 
+def on_sandbox_failed(state: OwnerState, answer: EpisodeFailed, *, origin: Origin, now_us: int) -> Effects:
+    """A sandbox worker could not run the step: retry it as the next attempt (a crash, up to
+    `max_attempts`) or fail the episode with the answer's class."""
+    rejected = check_failure(state, RequestKind.SANDBOX, answer)
+    if rejected is not None:
+        return Effects(state, rejected=rejected)
+    retry = SANDBOX_FAILURES[answer.failure]
+    attempt = answer.meta.attempt
+    if retry and attempt < _config(state).max_attempts:
+        return _issue(Effects(state), RequestKind.SANDBOX, attempt + 1, origin, now_us)
+    reason = f"step {answer.meta.step} attempt {attempt}: {answer.reason}"
+    return _fail(Effects(state), answer.failure, reason, origin, now_us)
+
+
 def on_tick(state: OwnerState, *, origin: Origin, now_us: int) -> Effects:
     """Re-issue the outstanding request past its deadline as the next attempt, or fail after the last."""
     out = state.outstanding
@@ -332,6 +366,29 @@ def check_answer(state: OwnerState, kind: RequestKind, answer: Answer) -> Reject
             meta.attempt,
         )
         return Rejection.DUPLICATE if same else Rejection.STALE_ATTEMPT
+    return _check_outstanding(state, kind, meta)
+
+
+def check_failure(state: OwnerState, kind: RequestKind, answer: EpisodeFailed) -> Rejection | None:
+    """Why the failure answer `answer` to a `kind` request cannot be acted on now, or None."""
+    episode, meta = state.episode, answer.meta
+    started = episode.started
+    if started is None or (meta.episode_id, meta.run_id, meta.task_version) != (
+        started.meta.episode_id,
+        started.meta.run_id,
+        started.meta.task_version,
+    ):
+        return Rejection.UNKNOWN_EPISODE
+    if kind is not RequestKind.SANDBOX or answer.failure not in SANDBOX_FAILURES:
+        return Rejection.UNEXPECTED_FAILURE
+    outcome = episode.outcome
+    if isinstance(outcome, EpisodeFailed) and (outcome.failure, outcome.meta.step) == (
+        answer.failure,
+        meta.step,
+    ):
+        return Rejection.DUPLICATE  # the answer that ended the episode, delivered again
+    if meta.step < episode.step and not episode.is_terminal:
+        return Rejection.STALE_ATTEMPT  # another attempt of that step was executed
     return _check_outstanding(state, kind, meta)
 
 

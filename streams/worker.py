@@ -7,8 +7,9 @@ For each input (a command, an answer, a timer tick) the worker reads the episode
 with an `Origin` and one clock reading, and carries out the effects in this order: append the events'
 exact bytes to `episode.events` (key: episode id), send the requests, publish the trajectory
 (`trajectories.completed` keyed by task id, `trajectories.failed` by episode id), wait for every ack, and
-only then write the new row. Rejected inputs and undecodable records go to `deadletter` with the reason;
-nothing an input can contain stops the worker.
+only then write the new row. Benign rejections (`owner.BENIGN`: repeats and late answers) are counted in
+`stats` as `ignored.<reason>`; other rejected inputs and undecodable records go to `deadletter` with the
+reason; nothing an input can contain stops the worker.
 
 Crash consistency: the log is the truth, the table a cache of its fold.
   A crash between the acks and the table write leaves `episode.events` ahead of the row (and the input
@@ -32,7 +33,8 @@ Crash consistency: the log is the truth, the table a cache of its fold.
   Why the input comes again: Faust flushes its producer (our appends and its changelog writes) before it
   commits input offsets, so an input whose row was lost was not committed; a row lost after a tick (no
   input) is rebuilt from the log all the same. The redelivered input then meets the caught-up state and
-  is rejected as a duplicate (dead-lettered), so the log holds each event once. Only this worker appends
+  is rejected as a duplicate (counted as `ignored.duplicate`, not dead-lettered: it is expected), so the
+  log holds each event once. Only this worker appends
   to the partition while it owns it, so the tail read to the end is complete. A worker that lost its
   partition without noticing (a zombie) could still append; at-least-once cannot exclude that, and the
   chain check (`verify_chain`) detects it. Costs: a recovery reads the rows of the new partitions once
@@ -62,7 +64,14 @@ from schemas.codec import DecodeError, default_codec
 from schemas.commands import AbortEpisode, StartEpisode
 from schemas.common import RecordMeta
 from schemas.deadletter import DeadLetter
-from schemas.events import EPISODE_EVENT_TYPES, ActionProposed, EpisodeStarted, RewardAssigned, StepExecuted
+from schemas.events import (
+    EPISODE_EVENT_TYPES,
+    ActionProposed,
+    EpisodeFailed,
+    EpisodeStarted,
+    RewardAssigned,
+    StepExecuted,
+)
 from schemas.fold import FoldError, apply
 from schemas.record import Record
 from schemas.requests import PolicyRequest, SandboxRequest, VerifyRequest
@@ -82,10 +91,10 @@ _REQUEST_TOPICS: dict[type[Request], str] = {
     SandboxRequest: "sandbox.requests",
     VerifyRequest: "verify.requests",
 }
-_ANSWER_TYPES: dict[str, type[Record]] = {
-    "policy.results": ActionProposed,
-    "sandbox.results": StepExecuted,
-    "verify.results": RewardAssigned,
+_ANSWER_TYPES: dict[str, tuple[type[Record], ...]] = {
+    "policy.results": (ActionProposed,),
+    "sandbox.results": (StepExecuted, EpisodeFailed),  # EpisodeFailed: a step the sandbox could not run
+    "verify.results": (RewardAssigned,),
 }
 
 
@@ -262,16 +271,14 @@ class EpisodeWorker:
         except DecodeError as exc:
             await self._dead_letter(record, exc.reason.value, str(exc))
             return
-        expected = _ANSWER_TYPES.get(record.topic)
+        expected = _ANSWER_TYPES.get(record.topic, ())
         if record.topic == COMMANDS:
             if not isinstance(value, (StartEpisode, AbortEpisode)):
                 await self._dead_letter(record, "unexpected_type", f"{type(value).__name__} on {COMMANDS}")
                 return
             key = value.episode_id
-        elif (
-            expected is not None
-            and isinstance(value, expected)
-            and isinstance(value, (ActionProposed, StepExecuted, RewardAssigned))
+        elif isinstance(value, expected) and (
+            isinstance(value, (ActionProposed, StepExecuted, RewardAssigned, EpisodeFailed))
         ):
             key = value.meta.episode_id
         else:
@@ -288,8 +295,22 @@ class EpisodeWorker:
             effects = owner.on_action(row.state, value, origin=self.origin, now_us=now)
         elif isinstance(value, StepExecuted):
             effects = owner.on_executed(row.state, value, origin=self.origin, now_us=now)
+        elif isinstance(value, EpisodeFailed):
+            effects = owner.on_sandbox_failed(row.state, value, origin=self.origin, now_us=now)
         else:
             effects = owner.on_reward(row.state, value, origin=self.origin, now_us=now)
+        if effects.rejected in owner.BENIGN:  # what redelivery after any crash produces: nothing to keep
+            self._count(f"ignored.{effects.rejected.value}")
+            log.info(
+                "ignored (%s) %s of %s at %s[%d]@%d",
+                effects.rejected.value,
+                type(value).__name__,
+                key,
+                record.topic,
+                record.partition,
+                record.offset,
+            )
+            return
         if effects.rejected is not None:
             self._count(f"rejected.{effects.rejected.value}")
             await self._dead_letter(record, effects.rejected.value, f"episode {key}: input rejected")
@@ -411,7 +432,26 @@ def run_from_args(args: argparse.Namespace) -> int:
 
         data_dir = str(Paths.from_env().component("streams") / f"data-{args.instance}")
     settings = Settings(bootstrap, args.run, data_dir, args.instance, args.standby_replicas)
+    if not _kafka_answers(bootstrap):
+        return 1
     return run_worker(settings)
+
+
+def _kafka_answers(bootstrap: str) -> bool:
+    """Wait for Kafka before starting Faust (started during a broker restart, it would fail at once)."""
+    import signal
+    import threading
+    from signal import SIGINT, SIGTERM
+
+    from ops.kafka_serving import connected
+
+    stopping = threading.Event()
+    previous = {signum: signal.signal(signum, lambda *_: stopping.set()) for signum in (SIGTERM, SIGINT)}
+    try:
+        return connected(bootstrap, stopping, lambda line: print(line, flush=True))
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def main(argv: list[str] | None = None) -> int:

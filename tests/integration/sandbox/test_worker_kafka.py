@@ -16,6 +16,7 @@ import docker
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
 
+from ops.kafka_serving import METADATA_MAX_AGE_MS
 from ops.stack.images import sandbox_ref
 from ops.topics import ensure_topics, topic_name
 from sandbox_agent.docker_backend import DockerBackend
@@ -83,6 +84,7 @@ def answers(kafka_bootstrap: str, run_prefix: str) -> Iterator[KafkaConsumer]:
         bootstrap_servers=kafka_bootstrap,
         auto_offset_reset="earliest",
         enable_auto_commit=False,
+        metadata_max_age_ms=METADATA_MAX_AGE_MS,  # a topic missed at subscription is picked up soon
     )
     yield consumer
     consumer.close()
