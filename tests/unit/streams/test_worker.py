@@ -36,8 +36,8 @@ from tests.unit.streams.world import (
 CODEC = default_codec()
 
 
-class Crash(Exception):
-    """The process dies here."""
+class Crash(BaseException):
+    """The process dies here (not an Exception: nothing in the worker catches it)."""
 
 
 class Log:
@@ -75,11 +75,19 @@ class Rows(dict[str, bytes]):
 
     crash_next = False
 
-    def __setitem__(self, key: str, value: bytes) -> None:
+    def __init__(self) -> None:
+        super().__init__()
+        self.partitions: dict[str, int] = {}
+
+    def put(self, partition: int, key: str, value: bytes) -> None:
         if self.crash_next:
             self.crash_next = False
             raise Crash("before the table write")
-        super().__setitem__(key, value)
+        self.partitions[key] = partition
+        self[key] = value
+
+    def partition_items(self, partition: int) -> Iterator[tuple[str, bytes]]:
+        return ((k, v) for k, v in list(self.items()) if self.partitions.get(k, 0) == partition)
 
 
 class Tasks:
@@ -188,7 +196,12 @@ def test_an_episode_runs_to_completion_and_rows_follow_the_log() -> None:
     assert isinstance(trajectory, TrajectoryCompleted) and trajectory.reward == 1.0
     assert world.log.topics["trajectories.completed"][0][0] == TASK.task_id.encode()
     row = Row.decode(world.rows[EPISODE])
-    assert row.state.episode.phase is Phase.COMPLETED and row.log_offset == 5 and row.partition == 0
+    assert (
+        row.state.episode.phase is Phase.COMPLETED
+        and row.watermark == 3
+        and len(row.events) == 6
+        and row.partition == 0
+    )
     assert world.dead() == []
 
 
@@ -249,12 +262,9 @@ def test_a_crash_between_the_appends_and_the_table_write_leaves_no_duplicate(cra
         nonlocal worker
         if topic == target and not crashed:
             world.rows.crash_next = True
-            original(w, topic, record)  # the Crash is caught and dead-lettered as worker_error...
+            with pytest.raises(Crash):
+                original(w, topic, record)  # the process dies: restart it and redeliver the input
             crashed.append((topic, record))
-            # ...but a real crash kills the process: drop that dead letter, restart and redeliver.
-            world.log.topics["deadletter"] = [
-                (k, v) for k, v in world.log.topics.get("deadletter", []) if b"worker_error" not in v
-            ]
             worker = world.worker()
             original(worker, topic, record)
             return
@@ -333,7 +343,8 @@ def test_a_crash_between_two_appends_is_finished_by_the_next_owner() -> None:
     assert isinstance(verify, VerifyRequest)
     grade = world.workers.grade(verify)
     world.log.fail_after = 1  # RewardAssigned is sent, then the process dies
-    world.deliver(worker, "verify.results", grade)
+    with pytest.raises(Crash):
+        world.deliver(worker, "verify.results", grade)
     world.log.fail_after = None
     assert [type(e).__name__ for e in world.events()][-1] == "RewardAssigned"
     restarted = world.worker()
@@ -350,7 +361,8 @@ def test_a_lost_row_of_an_ended_episode_republishes_its_trajectory() -> None:
     worker = world.worker()
     world.deliver(worker, "episode.commands", start_command())
     world.rows.crash_next = True
-    world.deliver(worker, "episode.commands", abort_command())
+    with pytest.raises(Crash):
+        world.deliver(worker, "episode.commands", abort_command())
     assert world.state().episode.phase is Phase.AWAITING_ACTION  # the row write was lost
     world.worker()
     (first, again) = world.log.records("trajectories.failed")
