@@ -2,10 +2,11 @@
 
 One file holds, together: the policy version, the trained tensors (LoRA's A and B, or every parameter),
 the optimizer state, the planner state (next offset per partition, the trajectories waiting in incomplete
-or ready groups, the episodes and groups already accounted for, the counters) and the reference of the
-announcement of that version's weights (re-sent after a crash between checkpoint and publication). It is written to a temporary file in the same folder, flushed to disk
-and renamed over the previous one: a learner killed at any moment leaves either the old checkpoint or the
-new one, never a mixture. Trajectories are kept as their Avro bytes (the codec reads old versions).
+or ready groups, the episodes and groups already accounted for, the counters) and the announcement of
+that version's weights (sent again after a crash between checkpoint and announcement). It is written to a
+temporary file in the same folder, flushed to disk and renamed over the previous one: a learner killed at
+any moment leaves either the old checkpoint or the new one, never a mixture. Trajectories are kept as
+their Avro bytes (the codec reads old versions).
 """
 
 from __future__ import annotations
@@ -96,7 +97,9 @@ def _fsync_folder(folder: Path) -> None:
 def planner_to_dict(state: PlannerState, codec: Codec) -> dict[str, Any]:
     return {
         "version": state.version,
-        "offsets": [[topic, partition, offset] for (topic, partition), offset in sorted(state.offsets.items())],
+        "offsets": [
+            [topic, partition, offset] for (topic, partition), offset in sorted(state.offsets.items())
+        ],
         "pending": {key: [_arrival(m, codec) for m in members] for key, members in state.pending.items()},
         "ready": [
             {

@@ -28,9 +28,9 @@ class LoRALinear(nn.Module):
         super().__init__()
         self.base = base
         self.scale = alpha / rank
-        like = {"dtype": base.weight.dtype, "device": base.weight.device}
-        self.lora_a = nn.Parameter(torch.empty(rank, base.in_features, **like))  # type: ignore[arg-type]
-        self.lora_b = nn.Parameter(torch.zeros(base.out_features, rank, **like))  # type: ignore[arg-type]
+        dtype, device = base.weight.dtype, base.weight.device
+        self.lora_a = nn.Parameter(torch.empty(rank, base.in_features, dtype=dtype, device=device))
+        self.lora_b = nn.Parameter(torch.zeros(base.out_features, rank, dtype=dtype, device=device))
         nn.init.kaiming_uniform_(self.lora_a, a=math.sqrt(5))  # as nn.Linear initialises its weight
         base.weight.requires_grad_(False)
         if base.bias is not None:

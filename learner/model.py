@@ -107,5 +107,5 @@ def load_model(folder: Path, device: str = "cpu") -> Any:
     import torch
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
+    model: Any = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
     return model.to(device)

@@ -86,6 +86,8 @@ def announce_once(announcer: Announcer, published: PolicyPublished, store: Objec
     if published.version in announcer.announced_versions(published.run_id):
         return False
     if not store.contains(published.weights.sha256):
-        raise FileNotFoundError(f"weights of version {published.version} ({published.weights.sha256}) missing")
+        raise FileNotFoundError(
+            f"weights of version {published.version} ({published.weights.sha256}) missing"
+        )
     announcer.announce(published)
     return True

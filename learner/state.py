@@ -188,7 +188,9 @@ def apply(state: PlannerState, event: Input, config: PlannerConfig) -> tuple[Pla
         case Discarded(group_key=key):
             group = _ready_group(state, key)
             ready = tuple(g for g in state.ready if g.group_key != key)
-            return dataclasses.replace(state, ready=ready, counters=state.counters.add(unusable=len(group.members))), []
+            return dataclasses.replace(
+                state, ready=ready, counters=state.counters.add(unusable=len(group.members))
+            ), []
     raise TypeError(f"not a planner input: {event!r}")
 
 
@@ -266,7 +268,9 @@ def _drop_stale_pending(state: PlannerState, config: PlannerConfig) -> tuple[Pla
     pending: dict[str, tuple[Arrival, ...]] = {}
     dropped = 0
     for key, members in state.pending.items():
-        too_old = [is_stale(m.trajectory.min_policy_version, state.version, config.max_staleness) for m in members]
+        too_old = [
+            is_stale(m.trajectory.min_policy_version, state.version, config.max_staleness) for m in members
+        ]
         fresh = tuple(m for m, old in zip(members, too_old, strict=True) if not old)
         if len(fresh) < len(members):
             stale = tuple(m.episode_id for m, old in zip(members, too_old, strict=True) if old)

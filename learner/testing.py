@@ -129,4 +129,4 @@ def tiny_llama(vocab_size: int = 320, layers: int = 2, seed: int = 0) -> Any:
         eos_token_id=2,
         tie_word_embeddings=False,
     )
-    return LlamaForCausalLM(config)
+    return LlamaForCausalLM(config)  # type: ignore[no-untyped-call]

@@ -39,7 +39,6 @@ from learner.state import (
     PlannerConfig,
     PlannerState,
     Position,
-    Ready,
     ReadyGroup,
     Tick,
     Trained,
@@ -63,9 +62,9 @@ STATS_FILE = "stats.jsonl"
 class LearnerSettings:
     run_id: str
     checkpoint_dir: Path
-    planner: PlannerConfig = PlannerConfig()
-    train: TrainSettings = TrainSettings()
-    adaptation: Adaptation = Adaptation()
+    planner: PlannerConfig = field(default_factory=PlannerConfig)
+    train: TrainSettings = field(default_factory=TrainSettings)
+    adaptation: Adaptation = field(default_factory=Adaptation)
     lr: float = 1e-5
 
 
@@ -75,7 +74,7 @@ class Activity:
 
     started: float = field(default_factory=time.monotonic)
     busy_s: float = 0.0
-    samples: SampleCounts = SampleCounts()
+    samples: SampleCounts = field(default_factory=SampleCounts)
 
     def idle_fraction(self) -> float:
         wall = time.monotonic() - self.started
@@ -249,7 +248,9 @@ class KafkaFeed:
     def poll(self, timeout_ms: int) -> list[tuple[Position, bytes | None]]:
         polled = self._consumer.poll(timeout_ms=timeout_ms)
         return [
-            (Position(r.topic, r.partition, r.offset), r.value) for records in polled.values() for r in records
+            (Position(r.topic, r.partition, r.offset), r.value)
+            for records in polled.values()
+            for r in records
         ]
 
     def close(self) -> None:

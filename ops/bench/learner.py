@@ -25,6 +25,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ops.bench.report import cpu_model, memory_gib, write_section
 from ops.console import StackError, say
@@ -107,7 +108,9 @@ def _phase(args: argparse.Namespace, bootstrap: str, model: object, scratch: Pat
     )
     announcer = KafkaAnnouncer(bootstrap, run_id)
     store = LocalObjectStore(scratch / "objects")
-    learner = Learner(model, BytesPromptEncoder(), store, announcer, settings, Origin.system("learner", "bench"))
+    learner = Learner(
+        model, BytesPromptEncoder(), store, announcer, settings, Origin.system("learner", "bench")
+    )
     stand_in = RolloutStandIn(bootstrap, run_id, args, learner)
     if not paced:
         stand_in.produce(groups, paced=False)
@@ -145,7 +148,7 @@ def _stop_when_trained(learner: object, expected: int, stopping: threading.Event
     stopping.set()
 
 
-def _stats(folder: Path) -> list[dict[str, object]]:
+def _stats(folder: Path) -> list[dict[str, Any]]:
     import json
 
     from learner.worker import STATS_FILE
@@ -166,20 +169,28 @@ class RolloutStandIn:
         from kafka import KafkaProducer
 
         from learner import testing
-        from schemas.actions import RunCommand, Submit
+        from schemas.actions import Action, RunCommand, Submit
         from schemas.codec import default_codec
 
         codec = default_codec()
         producer = KafkaProducer(bootstrap_servers=self.bootstrap, acks="all")
-        actions = (*(RunCommand(f"python3 -m pytest -q tests/test_calc.py -k case{i}")
+        actions: tuple[Action, ...] = (*(RunCommand(f"python3 -m pytest -q tests/test_calc.py -k case{i}")
                      for i in range(self.args.turns - 1)), Submit("done"))  # fmt: skip
         for g in range(groups):
             version = self.learner.state.version  # type: ignore[attr-defined]
             group_id = f"{self.run_id}/g{g:04d}"
             members = [
-                testing.trajectory(run_id=self.run_id, episode_id=f"{group_id}/e{i}", group_id=group_id,
-                                   task_id=f"task-{g}", reward=float(i % 2), policy_version=version,
-                                   actions=actions, instruction=self.instruction, seed=g)  # fmt: skip
+                testing.trajectory(
+                    run_id=self.run_id,
+                    episode_id=f"{group_id}/e{i}",
+                    group_id=group_id,
+                    task_id=f"task-{g}",
+                    reward=float(i % 2),
+                    policy_version=version,
+                    actions=actions,
+                    instruction=self.instruction,
+                    seed=g,
+                )
                 for i in range(self.args.group_size)
             ]
             if paced:  # the time a rollout worker would take to sample these responses
@@ -197,7 +208,7 @@ def _render(args: argparse.Namespace, throughput: Phase, idle: Phase, threads: i
     step_s = sorted(throughput.step_seconds)
     median = step_s[len(step_s) // 2] if step_s else float("nan")
     tokens_per_step = throughput.tokens / max(throughput.steps, 1)
-    response = len(f'{{"command": "python3 -m pytest -q tests/test_calc.py -k case0", "tool": "run"}}')
+    response = len('{"command": "python3 -m pytest -q tests/test_calc.py -k case0", "tool": "run"}')
     return "\n".join(
         [
             "## learner",
@@ -208,10 +219,11 @@ def _render(args: argparse.Namespace, throughput: Phase, idle: Phase, threads: i
             f"- command: `trialog bench learner --groups {args.groups} --idle-groups {args.idle_groups} "
             f"--group-size {args.group_size} --turns {args.turns} --prompt-tokens {args.prompt_tokens} "
             f"--lora-rank {args.lora_rank} --rollout-tokens-per-s {args.rollout_tokens_per_s:g}`",
-            f"- model: SmolLM2-135M-Instruct (float32), LoRA rank {args.lora_rank} on q_proj/v_proj, AdamW; "
-            f"one training step (one new version, checkpointed and published) per group of {args.group_size}",
-            f"- trajectories: {args.turns} turns each, {args.prompt_tokens} prompt tokens per turn, responses "
-            f"of ~{response} tokens (a tool call's bytes; the `bytes` prompt encoder)",
+            f"- model: SmolLM2-135M-Instruct (float32), LoRA rank {args.lora_rank} on q_proj/v_proj, "
+            "AdamW; one training step (one new version, checkpointed and published) per group of "
+            f"{args.group_size}",
+            f"- trajectories: {args.turns} turns each, {args.prompt_tokens} prompt tokens per turn, "
+            f"responses of ~{response} tokens (a tool call's bytes; the `bytes` prompt encoder)",
             "",
             "| measure | value |",
             "| --- | ---: |",

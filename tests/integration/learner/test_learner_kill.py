@@ -60,10 +60,13 @@ class LearnerProcess:
 
 
 @pytest.fixture
-def learner(tmp_path: Path, tiny_model_dir: Path, kafka_bootstrap: str) -> Iterator[tuple[str, LearnerProcess]]:
+def learner(
+    tmp_path: Path, tiny_model_dir: Path, kafka_bootstrap: str
+) -> Iterator[tuple[str, LearnerProcess]]:
     run = new_run(kafka_bootstrap, "learnerkill")
-    argv = [sys.executable, "-m", "learner.worker_cli", "learner", "--run", run, "--bootstrap", kafka_bootstrap,
-            "--model", str(tiny_model_dir), "--group-size", str(GROUP_SIZE), "--max-staleness", "1000",
+    argv = [sys.executable, "-m", "learner.worker_cli", "learner", "--run", run,
+            "--bootstrap", kafka_bootstrap, "--model", str(tiny_model_dir),
+            "--group-size", str(GROUP_SIZE), "--max-staleness", "1000",
             "--lora-rank", "4", "--lr", "1e-2", "--threads", "1", "--prompt-encoder", "bytes",
             "--checkpoint-dir", str(tmp_path / "ckpt"), "--objects", str(tmp_path / "objects")]  # fmt: skip
     process = LearnerProcess(argv, tmp_path / "learner.log")
@@ -99,7 +102,9 @@ class Versions:
         while len(self.seen) < count and time.monotonic() < give_up:
             for records in consumer.poll(timeout_ms=200).values():  # type: ignore[attr-defined]
                 self.seen += [CODEC.decode_as(r.value, PolicyPublished) for r in records]
-        assert len(self.seen) >= count, f"{len(self.seen)} of {count} versions; log:\n" + process.log.read_text()[-4000:]
+        assert len(self.seen) >= count, (
+            f"{len(self.seen)} of {count} versions; log:\n" + process.log.read_text()[-4000:]
+        )
 
 
 def test_a_learner_killed_mid_run_trains_every_trajectory_exactly_once(

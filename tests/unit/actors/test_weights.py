@@ -41,11 +41,18 @@ class Rig:
         self.watcher = WeightsWatcher(self.source, self.store, TorchModelTarget(self.model), RUN, pin=pin)
         self.weights: dict[int, dict[str, torch.Tensor]] = {}
 
-    def publish(self, version: int, weights: dict[str, torch.Tensor] | None = None, run_id: str = RUN) -> None:
+    def publish(
+        self, version: int, weights: dict[str, torch.Tensor] | None = None, run_id: str = RUN
+    ) -> None:
         weights = weights if weights is not None else trained_weights(version)
         self.weights[version] = weights
         published = store_weights(
-            self.store, weights, origin=fixed_origin("learner"), run_id=run_id, version=version, trajectories=4
+            self.store,
+            weights,
+            origin=fixed_origin("learner"),
+            run_id=run_id,
+            version=version,
+            trajectories=4,
         )
         self.source.publish(published)
 

@@ -18,14 +18,22 @@ def planner_with_waiting_groups() -> PlannerState:
     state = PlannerState()
     arrivals = [*testing.group("ready", [1.0, 0.0]), testing.trajectory(episode_id="p", group_id="pending")]
     for offset, trajectory in enumerate(arrivals):
-        state, _ = apply(state, Arrival(trajectory, Position(TOPIC, offset % 2, offset), 1000 + offset), config)
+        state, _ = apply(
+            state, Arrival(trajectory, Position(TOPIC, offset % 2, offset), 1000 + offset), config
+        )
     return state
 
 
 def a_checkpoint(version: int = 3) -> checkpoint.Checkpoint:
     planner = planner_with_waiting_groups()
     planner = PlannerState(
-        version, planner.offsets, planner.pending, planner.ready, planner.seen, planner.closed, planner.counters
+        version,
+        planner.offsets,
+        planner.pending,
+        planner.ready,
+        planner.seen,
+        planner.closed,
+        planner.counters,
     )
     published = PolicyPublished(
         RecordMeta("id-1", 1, Producer("learner", "l0")), "r", version, version - 1, "sha256:ab",

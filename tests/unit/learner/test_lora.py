@@ -46,10 +46,12 @@ def test_the_merged_weights_give_the_same_outputs_as_the_adapted_model() -> None
     adapt(adapted, Adaptation(rank=4, alpha=8.0))
     perturb(adapted)
     merged = merged_weights(adapted)
-    assert set(merged) == {f"model.layers.{i}.self_attn.{p}.weight" for i in range(2) for p in ("q_proj", "v_proj")}
+    assert set(merged) == {
+        f"model.layers.{i}.self_attn.{p}.weight" for i in range(2) for p in ("q_proj", "v_proj")
+    }
     plain = tiny_llama()
     assert not torch.allclose(logits(plain), logits(adapted))
-    missing, unexpected = plain.load_state_dict(merged, strict=False)
+    _, unexpected = plain.load_state_dict(merged, strict=False)
     assert unexpected == []
     assert torch.allclose(logits(plain), logits(adapted), atol=1e-5)
 

@@ -170,7 +170,6 @@ def test_a_discarded_group_leaves_without_a_new_version() -> None:
 
 
 def test_the_planner_is_pure() -> None:
-    feeder = Feeder()
     trajectory = testing.trajectory(episode_id="x", group_id="g")
     event = Arrival(trajectory, Position(TOPIC, 0, 0), 0)
     before = PlannerState()

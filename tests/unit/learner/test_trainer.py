@@ -22,7 +22,9 @@ def on_policy(model: torch.nn.Module, response: tuple[int, ...], advantage: floa
     batch = collate([Sample(PROMPT, response, (0.0,) * len(response), advantage)])
     with torch.no_grad():
         logp = token_logprobs(model, batch.input_ids, batch.attention_mask)
-    return Sample(PROMPT, response, tuple(float(x) for x in logp[0][batch.response_mask[0].bool()]), advantage)
+    return Sample(
+        PROMPT, response, tuple(float(x) for x in logp[0][batch.response_mask[0].bool()]), advantage
+    )
 
 
 def test_a_lora_step_raises_the_rewarded_response_and_lowers_the_punished_one() -> None:
@@ -49,8 +51,8 @@ def test_micro_batches_accumulate_the_same_gradient_as_one_batch() -> None:
         optimizer = torch.optim.SGD(trainable_parameters(model), lr=0.0)  # keep the weights
         captured: list[torch.Tensor] = []
 
-        def capture(opt: torch.optim.Optimizer, *args: object, captured: list[torch.Tensor] = captured) -> None:
-            captured.extend(p.grad.clone() for p in trainable_parameters(model) if p.grad is not None)
+        def capture(opt: torch.optim.Optimizer, *args: object, into: list[torch.Tensor] = captured) -> None:
+            into.extend(p.grad.clone() for group in opt.param_groups for p in group["params"])
 
         optimizer.register_step_pre_hook(capture)
         train_step(model, optimizer, samples, TrainSettings(micro_batch=micro, max_grad_norm=1e9))
