@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from schemas.codec import Codec
 from schemas.actions import InvalidReply, Submit
+from schemas.codec import Codec
 from schemas.events import ActionProposed, StepExecuted
 from schemas.logfile import encode_log, read_log
 from schemas.replay import ReplayError, replay, replay_file
