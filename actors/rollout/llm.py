@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from actors.rollout import scaffold
 from actors.rollout.generation import Generation, GenerationBackend
 from actors.rollout.policy import Sample
+from schemas.events import StepRecord
 from schemas.requests import PolicyRequest
 
 DEFAULT_MAX_PROMPT_TOKENS = 6144
@@ -43,8 +44,15 @@ class ChatPromptEncoder:
         self.max_prompt_tokens = max_prompt_tokens
 
     def encode(self, request: PolicyRequest) -> list[int]:
-        """The prompt of `request`, at most `max_prompt_tokens` long, newest steps kept."""
-        head, steps = scaffold.head_messages(request), scaffold.step_messages(request)
+        """The prompt of `request`, at most `max_prompt_tokens` long, newest steps kept.
+
+        Only `request.instruction` and `request.history` are read: the learner rebuilds the prompt of
+        step i of a trajectory with `encode_history(trajectory.instruction, trajectory.steps[:i])`."""
+        return self.encode_history(request.instruction, request.history)
+
+    def encode_history(self, instruction: str, history: Sequence[StepRecord]) -> list[int]:
+        """The prompt after the executed steps `history` of a task with `instruction` (see `encode`)."""
+        head, steps = scaffold.head_messages(instruction), scaffold.step_messages(history)
         for cut in range(len(steps) + 1):
             ids = self.encode_messages(_with_cut(head, cut, self.max_prompt_tokens) + _flat(steps[cut:]))
             if len(ids) <= self.max_prompt_tokens:

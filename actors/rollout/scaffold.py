@@ -14,12 +14,13 @@ proposes it as an `InvalidReply`, which the pipeline records as a step whose obs
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from actors.rollout.markdown_actions import MalformedCall, json_objects, markdown_action
 from schemas.actions import Action, ApplyPatch, InvalidReply, RunCommand, Submit, WriteFile
 from schemas.common import Output
-from schemas.events import StepExecuted
+from schemas.events import StepExecuted, StepRecord
 from schemas.requests import PolicyRequest
 
 SYSTEM_PROMPT = """\
@@ -51,21 +52,22 @@ class ReplyError:
 
 def messages(request: PolicyRequest) -> list[dict[str, str]]:
     """The chat for the next turn: system, the task, then each executed step's reply and observation."""
-    return head_messages(request) + [message for step in step_messages(request) for message in step]
+    steps = step_messages(request.history)
+    return head_messages(request.instruction) + [message for step in steps for message in step]
 
 
-def head_messages(request: PolicyRequest) -> list[dict[str, str]]:
+def head_messages(instruction: str) -> list[dict[str, str]]:
     """The part of the chat every turn starts with: the system prompt and the task."""
     return [
         {"role": "system", "content": SYSTEM_PROMPT},
-        {"role": "user", "content": f"Task:\n{request.instruction.strip()}"},
+        {"role": "user", "content": f"Task:\n{instruction.strip()}"},
     ]
 
 
-def step_messages(request: PolicyRequest) -> list[list[dict[str, str]]]:
+def step_messages(history: Sequence[StepRecord]) -> list[list[dict[str, str]]]:
     """Per executed step, oldest first: the model's reply and the observation it caused."""
     steps = []
-    for step in request.history:
+    for step in history:
         turn = [{"role": "assistant", "content": _reply_text(step.action.response)}]
         if step.result is not None:
             turn.append({"role": "user", "content": observation(step.result)})

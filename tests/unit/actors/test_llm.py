@@ -151,3 +151,13 @@ def test_a_real_tiny_model_answers_the_same_request_alike_alone_or_in_a_batch() 
         assert b.logprobs == pytest.approx(a.logprobs, abs=1e-4)
         assert isinstance(a.action, InvalidReply)  # random weights write no action, and that is a step
     assert len({s.token_ids for s in alone}) == 3  # each episode has its own seed
+
+
+def test_the_learner_rebuilds_each_steps_prompt_from_the_trajectory_alone() -> None:
+    encoder = ChatPromptEncoder(TOKENIZER, 3000)
+    steps = _history(4)
+    for index in range(4):
+        request = PolicyRequest(
+            request_meta(step=index), "Fix add() in calc.py.", steps[:index], SamplingParams()
+        )
+        assert encoder.encode_history("Fix add() in calc.py.", steps[:index]) == encoder.encode(request)
