@@ -1,22 +1,25 @@
 """A stateless worker's Kafka loop: consume a request topic, answer on a result topic, dead-letter the rest.
 
 Shared by the rollout worker (`policy.requests` -> `policy.results`) and the verifier (`verify.requests` ->
-`verify.results`); consuming, committing and waiting for Kafka are `ops.kafka_serving.serve_requests`, which
-the sandbox worker's loop (`sandbox_agent.kafka_worker`) uses too. A consumer group: each partition, hence
-each episode, is served by one worker at a time; scale by running more.
+`verify.results`); the sandbox worker's loop (`sandbox_agent.kafka_worker`) has the same shape. A consumer
+group: each partition, hence each episode, is served by one worker at a time; scale by running more.
 
 At least once: the answer (or dead letter) is produced and acknowledged before the request's offset is
 committed, so a crash redelivers the request and the handler answers it again. Handlers are idempotent on
 the request's key (episode, step, attempt), and the episode's owner drops the second answer as a duplicate.
 A record that cannot be decoded, or that the handler refuses or fails on, goes to `deadletter` with the
 reason: never silently dropped, never a crash of the loop.
+
+Batching (`LoopSettings.max_batch` > 1 with a `handle_batch`): one poll takes up to `max_batch` queued
+requests and `handle_batch` answers them together (the rollout worker's batched generate); then each is
+still sent and committed one by one, in order, exactly as without batching.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -47,6 +50,7 @@ class LoopSettings:
     poll_timeout_ms: int = 500
     # Longer than one request may take to handle, or the group would think this worker dead.
     max_poll_interval_ms: int = 900_000
+    max_batch: int = 1  # requests taken per poll and handed to `handle_batch` together
 
 
 class Request(Record, Protocol):
@@ -57,6 +61,7 @@ class Request(Record, Protocol):
 
 
 Req = TypeVar("Req", bound=Request)
+Outcome = tuple[bytes, bytes] | Refused  # (key, encoded answer), or why the request is dead-lettered
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,9 +83,11 @@ class RequestLoop(Generic[Req]):
         settings: LoopSettings,
         origin: Origin,
         codec: Codec | None = None,
+        handle_batch: Callable[[list[Req]], Sequence[Record | Refused]] | None = None,
     ) -> None:
         self.route = route
         self.handle = handle
+        self.handle_batch = handle_batch
         self.settings = settings
         self.origin = origin
         self.codec = codec or default_codec()
@@ -88,17 +95,31 @@ class RequestLoop(Generic[Req]):
         self.results_topic = topic_name(settings.run, route.results)
         self.deadletter_topic = topic_name(settings.run, "deadletter")
         self.stopping = threading.Event()
+        self._ahead: dict[tuple[str, int, int], Outcome] = {}  # a poll's answers, computed together
 
     def run(self) -> None:
         s = self.settings
         consuming = Consuming(
-            s.bootstrap, s.group_id, self.requests_topic, s.poll_timeout_ms, s.max_poll_interval_ms
+            s.bootstrap,
+            s.group_id,
+            self.requests_topic,
+            s.poll_timeout_ms,
+            s.max_poll_interval_ms,
+            # One request at a time unless the handler batches: a slow one must not hold others back.
+            max_poll_records=s.max_batch if self.handle_batch else 1,
         )
-        serve_requests(consuming, self.serve, self.stopping)
+        serve_requests(consuming, self.serve, self.stopping, prepare=self.answer_ahead)
+
+    def answer_ahead(self, records: Sequence[Any]) -> None:
+        """Answer a poll's records together (batched generation); `serve` then sends each in order."""
+        answers = self.answer_all([record.value for record in records])
+        self._ahead = dict(zip(map(_position, records), answers, strict=True))
 
     def serve(self, record: Any, producer: Any) -> None:
-        """Answer one consumed record, or dead-letter it."""
-        outcome = self.answer(record.value)
+        """Answer one consumed record (computed ahead when its poll was answered together), or
+        dead-letter it."""
+        ahead = self._ahead.pop(_position(record), None)
+        outcome = self.answer(record.value) if ahead is None else ahead
         if isinstance(outcome, Refused):
             dead_letter(
                 producer,
@@ -115,21 +136,50 @@ class RequestLoop(Generic[Req]):
             SEND_TIMEOUT_S
         )
 
-    def answer(self, value: bytes | None) -> tuple[bytes, bytes] | Refused:
+    def answer(self, value: bytes | None) -> Outcome:
         """(key, encoded answer) for a request's bytes, or why it is refused. Never raises."""
+        request = self._decode(value)
+        return request if isinstance(request, Refused) else self._answer_one(request)
+
+    def answer_all(self, values: list[bytes | None]) -> list[Outcome]:
+        """`answer` for each value, in order; with `handle_batch`, the decodable requests in one call."""
+        decoded = [self._decode(value) for value in values]
+        requests = [d for d in decoded if not isinstance(d, Refused)]
+        if self.handle_batch is None or len(requests) < 2:
+            return [d if isinstance(d, Refused) else self._answer_one(d) for d in decoded]
+        try:
+            answers = iter(self.handle_batch(requests))
+            outcomes = [d if isinstance(d, Refused) else self._encoded(d, next(answers)) for d in decoded]
+        except Exception:  # one request may have broken the batch: answer each alone to find it
+            log.exception("a batch of %d requests failed; answering them one by one", len(requests))
+            return [d if isinstance(d, Refused) else self._answer_one(d) for d in decoded]
+        return outcomes
+
+    def _decode(self, value: bytes | None) -> Req | Refused:
         if value is None:
             return Refused("empty_record", "a record without a value")
         try:
-            request = self.codec.decode_as(value, self.route.request_type)
+            return self.codec.decode_as(value, self.route.request_type)
         except DecodeError as exc:
             return Refused(exc.reason.value, exc.detail)
+
+    def _answer_one(self, request: Req) -> Outcome:
         episode = request.meta.episode_id
         try:
-            answer = self.handle(request)
-            return episode.encode(), self.codec.encode(answer)
+            return self._encoded(request, self.handle(request))
         except Refused as exc:
             log.warning("refused a request of %s: %s", episode, exc)
             return exc
         except Exception as exc:  # a bug or a broken dependency: keep the record, keep serving
             log.exception("failed on a request of %s", episode)
             return Refused("handler_error", f"{type(exc).__name__}: {exc}")
+
+    def _encoded(self, request: Req, answer: Record | Refused) -> Outcome:
+        if isinstance(answer, Refused):
+            log.warning("refused a request of %s: %s", request.meta.episode_id, answer)
+            return answer
+        return request.meta.episode_id.encode(), self.codec.encode(answer)
+
+
+def _position(record: Any) -> tuple[str, int, int]:
+    return record.topic, record.partition, record.offset

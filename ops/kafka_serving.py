@@ -53,6 +53,8 @@ class Consuming:
     # A worker killed without leaving the group holds its partitions this long (heartbeats come from a
     # thread of their own, so a long request does not count). kafka-python's default is 45 s.
     session_timeout_ms: int = 15_000
+    # More than 1 only for a worker that answers a poll's records together (batched generation).
+    max_poll_records: int = 1
 
 
 def connected(bootstrap: str, stopping: threading.Event, say: Callable[[str], None] | None = None) -> bool:
@@ -82,9 +84,12 @@ def serve_requests(
     serve: Callable[[Any, Any], None],
     stopping: threading.Event,
     say: Callable[[str], None] | None = None,
+    *,
+    prepare: Callable[[Sequence[Any]], None] | None = None,
 ) -> None:
     """Call `serve(record, producer)` for each record of `consuming.topic`, one at a time, committing each
-    after it is served, until `stopping` is set. At least once: a crash before the commit serves it again."""
+    after it is served, until `stopping` is set. At least once: a crash before the commit serves it again.
+    `prepare`, when given, first sees all the records of each poll (to answer them together)."""
     from kafka import KafkaConsumer, KafkaProducer
 
     if not connected(consuming.bootstrap, stopping, say):
@@ -95,7 +100,7 @@ def serve_requests(
         group_id=consuming.group_id,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
-        max_poll_records=1,  # one request at a time: a slow one must not hold others back in a batch
+        max_poll_records=consuming.max_poll_records,
         max_poll_interval_ms=consuming.max_poll_interval_ms,
         session_timeout_ms=consuming.session_timeout_ms,
         heartbeat_interval_ms=consuming.session_timeout_ms // 5,
@@ -105,6 +110,8 @@ def serve_requests(
     try:
         while not stopping.is_set():
             polled = poll(consumer, consuming.poll_timeout_ms, stopping)
+            if prepare is not None and polled:
+                prepare([record for records in polled.values() for record in records])
             serve_in_order(consumer, polled, lambda record: serve(record, producer), stopping)
     finally:
         consumer.close()

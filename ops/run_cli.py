@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from actors.scheduler.status import RunStatus
     from actors.scheduler.worker import SchedulerSettings
 
-POLICIES = ("scripted", "random")
+POLICIES = ("scripted", "random", "llm")
 WORKER_KINDS = ("streams", "sandbox", "rollout", "verifier")
 STOP_GRACE_S = 30.0
 
@@ -55,6 +55,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     start.add_argument("--episodes", type=int, required=True, help="how many episodes the run has")
     start.add_argument("--policy", choices=POLICIES, required=True, help="the rollout workers' policy plugin")
     start.add_argument("--run", help="the run's topic prefix (default: a new `run-<hex>`)")
+    start.add_argument(
+        "--rollout-arg", action="append", default=[], metavar="ARG",
+        help="an extra argument for the spawned rollout worker, e.g. --rollout-arg=--batch=4 (repeatable)",
+    )  # fmt: skip
     add_target_arguments(start)
     start.add_argument(
         "--spawn", action="store_true", help="also run one worker of each kind as subprocesses"
@@ -86,14 +90,19 @@ def _bootstrap(args: argparse.Namespace) -> str:
 
 
 def worker_commands(
-    run: str, bootstrap: str, policy: str, tasks: Sequence[Path], paths: Paths
+    run: str,
+    bootstrap: str,
+    policy: str,
+    tasks: Sequence[Path],
+    paths: Paths,
+    rollout_args: Sequence[str] = (),
 ) -> dict[str, list[str]]:
     """The command line of each worker kind for `run` (one process each)."""
     base = [sys.executable, "-m", "ops.cli", "worker"]
     common = ["--run", run, "--bootstrap", bootstrap]
     home = paths.component("runs") / (run or "default")
     folders = [arg for folder in tasks for arg in ("--tasks", str(folder))]
-    rollout = ["--policy", policy]
+    rollout = ["--policy", policy, *rollout_args]
     if policy == "scripted":
         rollout += [arg for folder in tasks for arg in ("--solutions", str(folder))]
     return {
@@ -186,7 +195,7 @@ def _cmd_run_start(args: argparse.Namespace) -> int:
         code = run_scheduler(settings)
     else:
         workers = Workers(paths.component("runs") / (run or "default") / "logs")
-        workers.start(worker_commands(run, bootstrap, args.policy, args.tasks, paths))
+        workers.start(worker_commands(run, bootstrap, args.policy, args.tasks, paths, args.rollout_arg))
         try:
             code = _schedule_beside(workers, settings)
         finally:

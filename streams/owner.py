@@ -23,10 +23,15 @@ Rules, in one place:
   as the restore point until the first `StepExecuted` replaces it: step 0 restores the task's tree.
 
 Step limit: `max_steps` bounds the actions the policy is asked for, submit included. When the
-`max_steps`-th action is not a submit it is still executed (its observation belongs in the failed
-trajectory for analysis), and instead of another PolicyRequest the episode fails with `step_limit`. We do
-not grade the workspace as is: in the fold a `RewardAssigned` follows only a submitted `ActionProposed`,
-and inventing a submit would put an action the policy never sampled into a training trajectory.
+`max_steps`-th action is not a submit it is still executed, and then the episode is *truncated*: instead of
+another PolicyRequest the owner asks the verifier to grade the workspace as it is, exactly as after a
+submit, and the episode completes with that reward (the fold moves to awaiting_verification on that
+step's StepExecuted). No submit is invented: the trajectory holds only actions the policy sampled, and a
+small model that never learned to submit still yields graded, learnable trajectories.
+
+Invalid replies: an ActionProposed whose action is an `InvalidReply` (the reply was no tool call) is a
+step that no sandbox executes. The owner answers it itself, in the same effects: a StepExecuted with exit
+code 2 and the error for the model on stderr, at the same restore point; then the next request as usual.
 
 Failure answers: a sandbox worker that cannot do what a request asks answers with an `EpisodeFailed` whose
 header echoes the request (`on_sandbox_failed`). `invalid_action` (a write outside the workspace, a patch
@@ -51,11 +56,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from schemas.actions import Submit
+from schemas.actions import InvalidReply, Submit
 from schemas.chain import digest
 from schemas.codec import default_codec
 from schemas.commands import AbortEpisode, StartEpisode
-from schemas.common import EpisodeConfig, EventMeta, FailureClass
+from schemas.common import EpisodeConfig, EventMeta, FailureClass, Output
 from schemas.events import (
     ActionProposed,
     EpisodeCompleted,
@@ -265,16 +270,45 @@ def on_start(
 
 
 def on_action(state: OwnerState, answer: ActionProposed, *, origin: Origin, now_us: int) -> Effects:
-    """Append the policy's action; then execute it in the sandbox, or grade the workspace on submit."""
+    """Append the policy's action; then execute it in the sandbox, or grade the workspace on submit.
+
+    An invalid reply is answered here: its StepExecuted is appended at once, no sandbox is involved."""
     draft = _accept(state, RequestKind.POLICY, answer)
     if draft.rejected is not None:
         return draft
+    if isinstance(answer.action, InvalidReply):
+        return _next_action(
+            _append(draft, _invalid_reply_result(draft.state, origin, now_us)), origin, now_us
+        )
     kind = RequestKind.VERIFY if isinstance(answer.action, Submit) else RequestKind.SANDBOX
     return _issue(draft, kind, 1, origin, now_us)
 
 
+INVALID_REPLY_EXIT = 2  # what a shell reports for a usage error: the "command" could not be run at all
+
+
+def _invalid_reply_result(state: OwnerState, origin: Origin, now_us: int) -> StepExecuted:
+    """The observation of an invalid reply: exit code 2, the error for the model on stderr, nothing run.
+
+    The snapshot stays the episode's restore point (nothing changed in the workspace)."""
+    episode = state.episode
+    pending = episode.pending_action
+    if pending is None or not isinstance(pending.action, InvalidReply):
+        raise OwnerError(f"episode {episode.episode_id}: no invalid reply is pending")
+    limit = _config(state).output_limit_bytes
+    error = pending.action.error.encode("utf-8")
+    return StepExecuted(
+        _meta(origin, episode, now_us),
+        INVALID_REPLY_EXIT,
+        Output.capture(b"", limit),
+        Output.capture(error, limit),
+        timed_out=False,
+        duration_us=0,
+    )
+
+
 def on_executed(state: OwnerState, answer: StepExecuted, *, origin: Origin, now_us: int) -> Effects:
-    """Append the step's result; then ask the policy for the next step (or fail at the step limit)."""
+    """Append the step's result; then ask the policy for the next step (or grade at the step limit)."""
     draft = _accept(state, RequestKind.SANDBOX, answer)
     if draft.rejected is not None:
         return draft
@@ -451,12 +485,17 @@ def _append(draft: Effects, event: EpisodeEvent) -> Effects:
 
 
 def _next_action(draft: Effects, origin: Origin, now_us: int) -> Effects:
-    episode = draft.state.episode
+    """After a step: the next PolicyRequest, or at the step limit the grading of the truncated episode."""
     max_steps = _config(draft.state).max_steps
-    if episode.step >= max_steps:
-        reason = f"{max_steps} steps without submit"
-        return _fail(draft, FailureClass.STEP_LIMIT, reason, origin, now_us)
+    if max_steps < 1:  # nothing would ever be sampled: there is no trajectory to grade
+        return _fail(draft, FailureClass.STEP_LIMIT, "max_steps is 0: no step allowed", origin, now_us)
+    if draft.state.episode.phase is Phase.AWAITING_VERIFICATION or _at_step_limit(draft.state):
+        return _issue(draft, RequestKind.VERIFY, 1, origin, now_us)
     return _issue(draft, RequestKind.POLICY, 1, origin, now_us)
+
+
+def _at_step_limit(state: OwnerState) -> bool:
+    return state.episode.step >= _config(state).max_steps
 
 
 def _issue(draft: Effects, kind: RequestKind, attempt: int, origin: Origin, now_us: int) -> Effects:
@@ -480,7 +519,7 @@ def _request(state: OwnerState, kind: RequestKind, attempt: int, origin: Origin,
     if kind is RequestKind.VERIFY:
         return VerifyRequest(meta, started.image, task.timeout_s, task.limits)
     pending = episode.pending_action
-    if pending is None or isinstance(pending.action, Submit):
+    if pending is None or isinstance(pending.action, Submit | InvalidReply):
         raise OwnerError(f"episode {episode.episode_id}: a sandbox request needs a pending sandbox action")
     return SandboxRequest(
         meta, started.image, pending.action, config.sandbox_timeout_s, config.output_limit_bytes, task.limits
@@ -618,6 +657,10 @@ def resume(state: OwnerState, *, origin: Origin, now_us: int) -> Effects:
     if phase is Phase.AWAITING_ACTION:
         return _next_action(draft, origin, now_us)
     if phase is Phase.AWAITING_EXECUTION:
+        pending = episode.pending_action
+        if pending is not None and isinstance(pending.action, InvalidReply):
+            answered = _append(draft, _invalid_reply_result(draft.state, origin, now_us))
+            return _next_action(answered, origin, now_us)
         return _issue(draft, RequestKind.SANDBOX, 1, origin, now_us)
     if phase is Phase.AWAITING_VERIFICATION:
         return _issue(draft, RequestKind.VERIFY, 1, origin, now_us)

@@ -3,11 +3,16 @@
 The answer's header is the request's, echoed (`Origin.reply_meta`: episode, step, attempt, chain head),
 with this worker's id, time and producer, and the policy version that sampled. The latency is the time
 the plugin took, read from the origin's clock (fixed in tests). The Kafka loop is in `kafka_loop`.
+
+`handle_batch` answers several requests at once when the plugin can sample a batch (`BatchPolicy`, the
+LLM policy: one batched generate); each answer is the one the request would get alone, and its latency is
+the batch's (what the request waited for).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Protocol, runtime_checkable
 
 from actors.kafka_loop import Refused, Route
 from actors.rollout.policy import Policy, PolicyError, Sample
@@ -17,6 +22,13 @@ from schemas.sources import Origin
 
 DEFAULT_GROUP = "trialog-rollout"
 ROUTE = Route(PolicyRequest, "policy.requests", "policy.results")
+
+
+@runtime_checkable
+class BatchPolicy(Protocol):
+    def sample_batch(self, requests: list[PolicyRequest]) -> list[Sample]:
+        """One sample per request, in order."""
+        ...
 
 
 class RolloutWorker:
@@ -32,6 +44,21 @@ class RolloutWorker:
             raise Refused(exc.reason, exc.detail) from exc
         latency = max(0, self.origin.clock.now_us() - started)
         return action_proposed(self.origin, request, sample, latency)
+
+    def handle_batch(self, requests: list[PolicyRequest]) -> list[ActionProposed | Refused]:
+        """Answers to `requests` in order, sampled together when the plugin batches."""
+        if not isinstance(self.policy, BatchPolicy):
+            return [self._handled(request) for request in requests]
+        started = self.origin.clock.now_us()
+        samples = self.policy.sample_batch(requests)
+        latency = max(0, self.origin.clock.now_us() - started)
+        return [action_proposed(self.origin, r, s, latency) for r, s in zip(requests, samples, strict=True)]
+
+    def _handled(self, request: PolicyRequest) -> ActionProposed | Refused:
+        try:
+            return self.handle(request)
+        except Refused as exc:
+            return exc
 
 
 def action_proposed(
