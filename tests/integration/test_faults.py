@@ -355,7 +355,7 @@ def test_a_run_survives_crashes_of_every_worker_of_a_sandbox_and_of_the_broker(
         (answer,) = [x for x in view.executed[episode] if x.meta.step == step]
         assert answer.meta.attempt > attempt and answer.exit_code == 0 and not answer.timed_out, answer
     print(f"sandboxes lost and the step retried (episode, step, attempt): {crashes}")
-    recovery = {kind: s for c in faults.crashes for kind, s in c.get("recovered_s", {}).items()}
+    recovery = [(c["fault"], c["recovered_s"]) for c in faults.crashes if "recovered_s" in c]
     print(f"recovery, crash to the new process's first record (s): {recovery}")
     broker = [(c["broker_down_s"], c["broker_back_s"]) for c in faults.crashes if "broker_down_s" in c]
     print(f"broker (streams worker seen waiting, broker answering again), s after the stop: {broker}")

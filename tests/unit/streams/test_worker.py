@@ -11,6 +11,7 @@ import pytest
 from schemas.actions import Submit
 from schemas.chain import digest, verify_chain
 from schemas.codec import default_codec
+from schemas.common import FailureClass
 from schemas.deadletter import DeadLetter
 from schemas.events import EPISODE_EVENT_TYPES, EpisodeEvent
 from schemas.fold import fold
@@ -205,7 +206,7 @@ def test_an_episode_runs_to_completion_and_rows_follow_the_log() -> None:
     assert world.dead() == []
 
 
-def test_a_duplicate_answer_is_dead_lettered_and_appends_nothing() -> None:
+def test_a_duplicate_answer_is_counted_as_ignored_not_dead_lettered_and_appends_nothing() -> None:
     world = World()
     worker = world.worker()
     world.deliver(worker, "episode.commands", start_command())
@@ -214,9 +215,46 @@ def test_a_duplicate_answer_is_dead_lettered_and_appends_nothing() -> None:
     answer = world.workers.act(policy)
     world.deliver(worker, "policy.results", answer)
     world.deliver(worker, "policy.results", answer)
+    world.deliver(worker, "episode.commands", start_command())  # a command redelivered: the same
     assert len(world.events()) == 2
-    assert [d.reason for d in world.dead()] == ["duplicate"]
+    assert world.dead() == [] and worker.stats.get("ignored.duplicate") == 2
     assert len(world.requests("sandbox.requests")) == 1
+
+
+def _at_sandbox(world: World, worker: EpisodeWorker) -> SandboxRequest:
+    world.deliver(worker, "episode.commands", start_command())
+    policy = _last(world, "policy.requests")
+    assert isinstance(policy, PolicyRequest)
+    world.deliver(worker, "policy.results", world.workers.act(policy))
+    sandbox = _last(world, "sandbox.requests")
+    assert isinstance(sandbox, SandboxRequest)
+    return sandbox
+
+
+def test_a_sandbox_failure_answer_retries_the_step_or_fails_the_episode() -> None:
+    world = World()
+    worker = world.worker()
+    sandbox = _at_sandbox(world, worker)
+    world.deliver(worker, "sandbox.results", world.workers.fail(sandbox, FailureClass.SANDBOX_CRASH))
+    retry = _last(world, "sandbox.requests")
+    assert isinstance(retry, SandboxRequest) and (retry.meta.step, retry.meta.attempt) == (0, 2)
+    world.deliver(worker, "sandbox.results", world.workers.fail(retry, FailureClass.INVALID_ACTION))
+    (trajectory,) = world.log.records("trajectories.failed")
+    assert isinstance(trajectory, TrajectoryFailed) and trajectory.failure is FailureClass.INVALID_ACTION
+    assert world.state().episode.phase is Phase.FAILED and world.dead() == []
+    assert [type(e).__name__ for e in world.events()][-1] == "EpisodeFailed"
+
+
+def test_a_failure_class_a_sandbox_may_not_report_is_dead_lettered() -> None:
+    world = World()
+    worker = world.worker()
+    sandbox = _at_sandbox(world, worker)
+    world.deliver(worker, "sandbox.results", world.workers.fail(sandbox, FailureClass.STEP_LIMIT))
+    assert [d.reason for d in world.dead()] == ["unexpected_failure"]
+    assert world.state().episode.phase is Phase.AWAITING_EXECUTION
+    failed = world.workers.fail(sandbox, FailureClass.INVALID_ACTION)
+    world.deliver(worker, "policy.results", failed)  # a failure answer on another kind's topic
+    assert [d.reason for d in world.dead()][-1] == "unexpected_type"
 
 
 def test_bad_records_are_dead_lettered_with_their_reason() -> None:
@@ -273,7 +311,7 @@ def test_a_crash_between_the_appends_and_the_table_write_leaves_no_duplicate(cra
     world.deliver = deliver  # type: ignore[method-assign,assignment]
     _play(world, worker)
     _assert_completed_log(world)
-    assert [d.reason for d in world.dead()] == ["duplicate"]
+    assert world.dead() == [] and worker.stats.get("ignored.duplicate") == 1
     assert world.state().episode.phase is Phase.COMPLETED
 
 
@@ -352,7 +390,7 @@ def test_a_crash_between_two_appends_is_finished_by_the_next_owner() -> None:
     assert len(world.log.records("trajectories.completed")) == 1
     world.deliver(restarted, "verify.results", grade)  # redelivered
     assert len(world.events()) == 4 and verify_chain(world.log.values("episode.events"), CODEC).ok
-    assert [d.reason for d in world.dead()] == ["duplicate"]
+    assert world.dead() == [] and restarted.stats.get("ignored.duplicate") == 1
     assert world.state().episode.phase is Phase.COMPLETED and world.state().outstanding is None
 
 
