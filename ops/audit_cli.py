@@ -4,8 +4,12 @@ The reading is a thin adapter: one KafkaConsumer without a group (nothing is com
 the audited topics assigned by hand, read from the beginning up to the end offsets taken when the audit
 starts (records appended meanwhile are left for the next audit). Progress goes to stderr.
 
-Exit codes: 0 healthy (no lost episode, duplicate step or broken chain), 1 not healthy, 2 the audit could
-not run (Kafka unreachable, the run's topics missing), with the reason on stderr.
+With `--recheck` it also reads the run's `tasks` topic and grades every completed episode's final snapshot
+again, in fresh sandboxes, with the task's frozen tests from its bundle in the object store (`ops.recheck`).
+
+Exit codes: 0 healthy (no lost episode, duplicate step or broken chain) and, with --recheck, every reward
+confirmed; 1 not healthy, or a reward differs or could not be graded again; 2 the audit could not run (Kafka
+unreachable, the run's topics missing), with the reason on stderr.
 """
 
 from __future__ import annotations
