@@ -8,7 +8,9 @@ nothing is skipped: a missing component is an error that says how to prepare it.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import docker
@@ -19,6 +21,7 @@ from ops.paths import Paths
 from ops.testing import CONTAINER_LABEL, JaegerProcess, KafkaContainer, use_stack_engine
 
 TESTS_ROOT = Path(__file__).parent
+STRAY_AFTER_S = 3 * 3600.0
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -44,10 +47,26 @@ def docker_client(stack_paths: Paths) -> Iterator[docker.DockerClient]:
 
 
 def _remove_test_containers(client: docker.DockerClient) -> None:
+    """Remove the test containers left behind: stopped ones, and running ones older than STRAY_AFTER_S.
+    A running one younger than that may belong to another test session on the same engine (a second
+    checkout): removing it would kill that session's Kafka or sandboxes under it."""
+    now = time.time()
     for container in client.containers.list(all=True, filters={"label": CONTAINER_LABEL}):
-        # Another test session on the same engine (a second checkout) may remove it first.
-        with contextlib.suppress(docker.errors.NotFound):
+        # Another session may be removing it at the same time (NotFound, or 409 "already in progress").
+        with contextlib.suppress(docker.errors.APIError):
+            state = container.attrs.get("State", {})
+            created = _unix_time(container.attrs.get("Created", ""))
+            if state.get("Running") and now - created < STRAY_AFTER_S:
+                continue
             container.remove(force=True)
+
+
+def _unix_time(docker_time: str) -> float:
+    """Docker's RFC 3339 time (nanoseconds, "Z") as seconds since the epoch; 0 when unreadable."""
+    try:
+        return datetime.fromisoformat(docker_time[:26].rstrip("Z") + "+00:00").timestamp()
+    except ValueError:
+        return 0.0
 
 
 @pytest.fixture(scope="session")
