@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -50,6 +51,7 @@ def real_run(
     home = tmp_path_factory.mktemp("audit-side") / "home"
     # DOCKER_HOST points at the stack's engine (the docker_client fixture set it); the workers inherit it.
     env = {**os.environ, "TRIALOG_HOME": str(home), "PYTHONUNBUFFERED": "1"}
+    started = time.monotonic()
     result = subprocess.run(
         [
             sys.executable, "-m", "ops.run_cli", "start", "--tasks", str(TASK), "--episodes", str(EPISODES),
@@ -60,4 +62,5 @@ def real_run(
     )  # fmt: skip
     assert result.returncode == 0, f"{result.stderr}\n{_logs(home)}"
     assert f"ended {EPISODES}/{EPISODES} (completed {EPISODES}, failed 0)" in result.stderr, result.stderr
+    print(f"run start --spawn, {EPISODES} episodes: {time.monotonic() - started:.1f} s")
     yield RealRun(name, kafka_bootstrap, home / "objects", home)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from typing import Any
 
 import pytest
@@ -56,14 +57,27 @@ def test_replay_prints_each_step_and_seeks_by_time(real_run: RealRun, capsys: Ca
     assert [e["episode_id"] for e in _episodes(real_run, capsys, "--episode", one)] == [one]
 
 
+def test_the_human_forms_name_steps_and_verdicts(real_run: RealRun, capsys: CapSys) -> None:
+    assert replay_cli.main([real_run.name, *real_run.options()[:2]]) == 0
+    text = capsys.readouterr().out
+    assert text.count("completed: reward 1 (pass)") == EPISODES and "apply_patch" in text
+    assert "reward 1 (pass) at +" in text and "snapshot snap-" in text
+
+
 def test_an_honest_run_rechecks_without_difference_and_reproduces(real_run: RealRun, capsys: CapSys) -> None:
+    started = time.monotonic()
     code, report = _json(audit_cli.main, [real_run.name, "--json", "--recheck", *real_run.options()], capsys)
+    with capsys.disabled():
+        print(f"audit --recheck of {EPISODES} episodes: {time.monotonic() - started:.1f} s")
     assert report["healthy"] is True, report
     assert report["recheck"]["rechecked"] == EPISODES and report["recheck"]["differences"] == 0, report
     assert report["recheck"]["ok"] is True and code == 0
     episode = _episodes(real_run, capsys)[0]["episode_id"]
     argv = [episode, "--run", real_run.name, "--json", *real_run.options()]
+    started = time.monotonic()
     code, reproduced = _json(reproduce_cli.main, argv, capsys)
+    with capsys.disabled():
+        print(f"reproduce of one 2-step episode: {time.monotonic() - started:.1f} s")
     assert reproduced["same"] is True and code == 0, reproduced
     assert reproduced["first_divergent_step"] is None
     assert reproduced["steps"][0]["same"] and reproduced["steps"][0]["reproduced"]["exit_code"] == 0
