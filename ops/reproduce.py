@@ -28,6 +28,7 @@ from actors.verifier.tasks import TaskSource, TaskUnavailable
 from ops.recheck import REWARD_TOLERANCE
 from ops.replay import describe_action
 from ops.runlog import EpisodeLog, LoggedRun
+from sandbox_agent.backend import SandboxBackend
 from sandbox_agent.limits import ExecLimits, Quotas, SandboxSpec
 from sandbox_agent.results import StepResult
 from schemas.actions import SandboxAction, Submit
@@ -285,7 +286,7 @@ def _failed(base: Reproduction, error: str) -> Reproduction:
 class SandboxSteps:
     """A `StepRunner` on a sandbox backend: one fresh sandbox per session, destroyed afterwards."""
 
-    def __init__(self, backend: Any, objects: ObjectStore) -> None:
+    def __init__(self, backend: SandboxBackend, objects: ObjectStore) -> None:
         self.backend = backend
         self.objects = objects
 
