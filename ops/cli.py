@@ -18,7 +18,16 @@ BENCHMARKS = {
     "learner": "ops.bench.learner",
 }
 # Modules that add a command group with `register(subparsers)`; they import heavy modules only when run.
-COMMAND_GROUPS = ("sandbox_agent.cli", "actors.tasks.cli", "learner.cli", "ops.run_cli", "ops.audit_cli")
+COMMAND_GROUPS = (
+    "sandbox_agent.cli",
+    "actors.tasks.cli",
+    "learner.cli",
+    "ops.run_cli",
+    "ops.audit_cli",
+    "ops.replay_cli",
+    "ops.reproduce_cli",
+    "ops.report.cli",
+)
 # Modules that add a worker process under `trialog worker`, the same way.
 WORKER_GROUPS = (
     "streams.cli",

@@ -32,10 +32,11 @@ from typing import TYPE_CHECKING
 from actors.scheduler.cli import add_target_arguments, target_from_args
 from ops.console import StackError
 from ops.paths import REPO_ROOT, Paths
+from ops.progress import ProgressBar
 
 if TYPE_CHECKING:
     from actors.scheduler.status import RunStatus
-    from actors.scheduler.worker import SchedulerSettings
+    from actors.scheduler.worker import SchedulerProcess, SchedulerSettings
 
 POLICIES = ("scripted", "random", "llm")
 WORKER_KINDS = ("streams", "sandbox", "rollout", "verifier")
@@ -214,17 +215,26 @@ def _schedule_beside(workers: Workers, settings: SchedulerSettings) -> int:
     codes: list[int] = []
     thread = threading.Thread(target=lambda: codes.append(process.run()), name="scheduler", daemon=True)
     thread.start()
+    bar = ProgressBar(settings.target.episodes, f"run {settings.target.run_id}: episodes ended").start()
     try:
         while thread.is_alive():
             thread.join(timeout=1.0)
+            _show(bar, process)
             if (dead := workers.dead()) and thread.is_alive():
                 _say(f"run {settings.target.run_id}: workers exited {dead}; stopping (see {workers.logs})")
                 process.stopping.set()
                 thread.join(timeout=30)
                 return 1
     finally:
+        bar.close()
         process.stopping.set()
     return codes[0] if codes else 1
+
+
+def _show(bar: ProgressBar, process: SchedulerProcess) -> None:
+    # Read from another thread: dict sizes only (an episode is counted once, completed or failed).
+    completed, failed = len(process.state.completed), len(process.state.failed)
+    bar.update(completed + failed, f"completed {completed}, failed {failed}")
 
 
 def _since(started: float) -> str:

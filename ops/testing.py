@@ -100,7 +100,8 @@ class KafkaContainer(DockerContainer):
 
     def start(self) -> KafkaContainer:
         super().start()
-        if not process.wait_until(lambda: kafka.metadata_error(self.bootstrap) is None, timeout_s=90):
+        # Usually ~10 s; a loaded 2-core machine has been seen to need more than 90 s.
+        if not process.wait_until(lambda: kafka.metadata_error(self.bootstrap) is None, timeout_s=300):
             logs = self.get_wrapped_container().logs(tail=30).decode(errors="replace")
             self.stop()
             raise StackError(f"Kafka in a container did not answer on {self.bootstrap}:\n{logs}")

@@ -61,8 +61,9 @@ def _remove_test_containers(client: docker.DockerClient) -> None:
 
 
 def _remove(container: docker.models.containers.Container) -> None:
-    # Another test session on the same engine (a second checkout) may remove it first.
-    with contextlib.suppress(docker.errors.NotFound):
+    # Another test session on the same engine (a second checkout) may remove it first (NotFound, or 409
+    # "removal already in progress").
+    with contextlib.suppress(docker.errors.APIError):
         container.remove(force=True)
 
 
