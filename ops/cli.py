@@ -13,7 +13,14 @@ from ops.console import StackError
 
 BENCHMARKS = {"codec": "ops.bench.codec", "sandbox": "ops.bench.sandbox", "pipeline": "ops.bench.pipeline"}
 # Modules that add a command group with `register(subparsers)`; they import heavy modules only when run.
-COMMAND_GROUPS = ("sandbox_agent.cli", "actors.tasks.cli", "learner.cli", "ops.run_cli", "ops.audit_cli")
+COMMAND_GROUPS = (
+    "sandbox_agent.cli",
+    "actors.tasks.cli",
+    "learner.cli",
+    "ops.run_cli",
+    "ops.audit_cli",
+    "ops.demo.cli",
+)
 # Modules that add a worker process under `trialog worker`, the same way.
 WORKER_GROUPS = (
     "streams.cli",

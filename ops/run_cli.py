@@ -86,14 +86,21 @@ def _bootstrap(args: argparse.Namespace) -> str:
 
 
 def worker_commands(
-    run: str, bootstrap: str, policy: str, tasks: Sequence[Path], paths: Paths
+    run: str,
+    bootstrap: str,
+    policy: str,
+    tasks: Sequence[Path],
+    paths: Paths,
+    *,
+    rollout_extra: Sequence[str] = (),
 ) -> dict[str, list[str]]:
-    """The command line of each worker kind for `run` (one process each)."""
+    """The command line of each worker kind for `run` (one process each); `rollout_extra` are more
+    options of the rollout worker (the model, a pinned policy version)."""
     base = [sys.executable, "-m", "ops.cli", "worker"]
     common = ["--run", run, "--bootstrap", bootstrap]
     home = paths.component("runs") / (run or "default")
     folders = [arg for folder in tasks for arg in ("--tasks", str(folder))]
-    rollout = ["--policy", policy]
+    rollout = ["--policy", policy, *rollout_extra]
     if policy == "scripted":
         rollout += [arg for folder in tasks for arg in ("--solutions", str(folder))]
     return {
@@ -147,7 +154,7 @@ class Workers:
         return codes
 
 
-def _validate(tasks: Sequence[Path]) -> None:
+def validate_tasks(tasks: Sequence[Path]) -> None:
     argv = [sys.executable, "-m", "ops.cli", "tasks", "validate", *map(str, tasks), "--runs", "1"]
     _say("validating the tasks (trialog tasks validate --runs 1)")
     if subprocess.run(argv, cwd=REPO_ROOT, check=False).returncode != 0:
@@ -176,7 +183,7 @@ def _cmd_run_start(args: argparse.Namespace) -> int:
     bootstrap = _bootstrap(args)
     started = time.monotonic()
     if args.validate:
-        _validate(args.tasks)
+        validate_tasks(args.tasks)
     created = ensure_topics(bootstrap, run)
     _say(f"run {run}: {len(created)} topics created on {bootstrap}")
     published = publish_tasks(folders, bootstrap, paths, run=run)
