@@ -229,7 +229,7 @@ SmolLM2-135M-Instruct, GRPO groups of {args.group} on the first turn of toy task
 rewards from `verify` in fresh Docker sandboxes, LoRA rank {args.lora_rank}, one PPO-clipped step per group.
 
 - training pass rate, first half of the steps: {first:.0%}; second half: {second:.0%}
-- held-out pass rate ({args.eval_per_task} fixed seeds per held-out task): before {before:.0%}, after {after:.0%}
+- held-out pass rate ({args.eval_per_task} fixed seeds per task): before {before:.0%}, after {after:.0%}
 
 | step | task | passed | wrote a file | mean reward | trained |
 | --- | --- | --- | --- | --- | --- |
