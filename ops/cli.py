@@ -16,6 +16,7 @@ BENCHMARKS = {
     "sandbox": "ops.bench.sandbox",
     "pipeline": "ops.bench.pipeline",
     "learner": "ops.bench.learner",
+    "learning": "ops.bench.learning",
 }
 # Modules that add a command group with `register(subparsers)`; they import heavy modules only when run.
 COMMAND_GROUPS = (
@@ -27,6 +28,7 @@ COMMAND_GROUPS = (
     "ops.replay_cli",
     "ops.reproduce_cli",
     "ops.report.cli",
+    "ops.demo.cli",
 )
 # Modules that add a worker process under `trialog worker`, the same way.
 WORKER_GROUPS = (

@@ -98,7 +98,8 @@ def worker_commands(
     paths: Paths,
     rollout_args: Sequence[str] = (),
 ) -> dict[str, list[str]]:
-    """The command line of each worker kind for `run` (one process each)."""
+    """The command line of each worker kind for `run` (one process each); `rollout_args` are more
+    options of the rollout worker (the model, a pinned policy version)."""
     base = [sys.executable, "-m", "ops.cli", "worker"]
     common = ["--run", run, "--bootstrap", bootstrap]
     home = paths.component("runs") / (run or "default")
@@ -157,7 +158,7 @@ class Workers:
         return codes
 
 
-def _validate(tasks: Sequence[Path]) -> None:
+def validate_tasks(tasks: Sequence[Path]) -> None:
     argv = [sys.executable, "-m", "ops.cli", "tasks", "validate", *map(str, tasks), "--runs", "1"]
     _say("validating the tasks (trialog tasks validate --runs 1)")
     if subprocess.run(argv, cwd=REPO_ROOT, check=False).returncode != 0:
@@ -186,7 +187,7 @@ def _cmd_run_start(args: argparse.Namespace) -> int:
     bootstrap = _bootstrap(args)
     started = time.monotonic()
     if args.validate:
-        _validate(args.tasks)
+        validate_tasks(args.tasks)
     created = ensure_topics(bootstrap, run)
     _say(f"run {run}: {len(created)} topics created on {bootstrap}")
     published = publish_tasks(folders, bootstrap, paths, run=run)
