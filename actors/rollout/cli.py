@@ -5,7 +5,8 @@ the actions of `--actions FILE` (`{task id: [tool call, ...]}`, see `actors.roll
 reference solutions of the tasks under `--solutions DIR`; `random` draws among harmless commands and
 submit, seeded by each request's sampling seed and step; `llm` samples from a language model (`--model DIR`,
 default: the folder `trialog model prepare` made) through a backend (`torch` on CPU or GPU, `vllm` on a GPU),
-answering up to `--batch` queued requests with one batched generate.
+answering up to `--batch` queued requests with one batched generate. With `--versions-run RUN` it loads
+the weights RUN's learner publishes between requests (`--pin-version V`: version V only, for evaluations).
 """
 
 from __future__ import annotations
@@ -16,10 +17,15 @@ import os
 import signal
 import socket
 import sys
+import time
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from actors.rollout.policy import Policy
+
+if TYPE_CHECKING:
+    from actors.rollout.weights import WeightsWatcher
 
 POLICIES = ("scripted", "random", "llm")
 BACKENDS = ("torch", "vllm")
@@ -57,6 +63,20 @@ def add_llm_arguments(command: argparse.ArgumentParser) -> None:
     )
     command.add_argument(
         "--batch", type=int, default=1, help="llm: queued requests answered per batched generate (default 1)"
+    )
+    command.add_argument(
+        "--versions-run",
+        metavar="RUN",
+        help="llm: hot-swap the weights the learner of RUN publishes on RUN.policy.versions (default: none)",
+    )
+    command.add_argument(
+        "--pin-version",
+        type=int,
+        metavar="V",
+        help="llm: load version V of --versions-run only, and wait for it before answering (evaluations)",
+    )
+    command.add_argument(
+        "--objects", type=Path, help="llm: the object store holding published weights (default: the stack's)"
     )
 
 
@@ -96,6 +116,48 @@ def _llm_policy(args: argparse.Namespace) -> Policy:
     )
 
 
+PIN_WAIT_S = 300.0
+
+
+def _weights(args: argparse.Namespace, policy: Policy, bootstrap: str) -> WeightsWatcher | None:
+    """The hot-swap watcher `--versions-run` asks for (None without it); with `--pin-version`, only once
+    the pinned version is loaded: an evaluation must never answer with other weights."""
+    from actors.rollout.weights import KafkaPublications, TorchModelTarget, WeightsWatcher
+    from ops.console import StackError, say
+    from ops.paths import Paths
+    from schemas.blobs import LocalObjectStore
+
+    if args.versions_run is None:
+        if args.pin_version is not None:
+            raise StackError("trialog worker rollout: --pin-version needs --versions-run", "add it")
+        return None
+    model = getattr(getattr(policy, "backend", None), "model", None)
+    if args.policy != "llm" or model is None:
+        raise StackError(
+            "trialog worker rollout: --versions-run needs --policy llm --backend torch", "fix it"
+        )
+    store = LocalObjectStore(args.objects or Paths.from_env().objects)
+    watcher = WeightsWatcher(
+        KafkaPublications(bootstrap, args.versions_run),
+        store,
+        TorchModelTarget(model),
+        args.versions_run,
+        pin=args.pin_version,
+    )
+    if args.pin_version is not None:
+        give_up = time.monotonic() + PIN_WAIT_S
+        while watcher.refresh() != args.pin_version:
+            if time.monotonic() > give_up or args.pin_version in watcher.refused:
+                raise StackError(
+                    f"trialog worker rollout: version {args.pin_version} of {args.versions_run} could not "
+                    f"be loaded within {PIN_WAIT_S:.0f} s",
+                    "check the learner's publications (trialog replay / policy.versions)",
+                )
+            time.sleep(1.0)
+        say(f"rollout: pinned to policy version {args.pin_version} of {args.versions_run}")
+    return watcher
+
+
 def _cmd_worker_rollout(args: argparse.Namespace) -> int:
     from actors.kafka_loop import LoopSettings, RequestLoop
     from actors.rollout.vllm_backend import BackendUnavailable
@@ -112,7 +174,7 @@ def _cmd_worker_rollout(args: argparse.Namespace) -> int:
         raise StackError(f"trialog worker rollout: {exc}", "fix the policy options") from None
     bootstrap = args.bootstrap or StackConfig.load(Paths.from_env()).kafka.bootstrap
     origin = Origin.system("rollout", args.instance)
-    worker = RolloutWorker(policy, origin)
+    worker = RolloutWorker(policy, origin, _weights(args, policy, bootstrap))
     settings = LoopSettings(bootstrap, args.group, args.run, max_batch=args.batch)
     loop = RequestLoop(ROUTE, worker.handle, settings, origin, handle_batch=worker.handle_batch)
 

@@ -46,6 +46,7 @@ class DemoSettings:
     max_new_tokens: int = 48
     lora_rank: int = 8
     group_timeout_s: float = 150.0
+    lr: float = 1e-4  # AdamW on the LoRA weights
     seed: int = 0
 
 
@@ -97,7 +98,9 @@ class Stage:
             sys.executable, "-m", "ops.cli", "worker", "learner", "--run", run, "--bootstrap", self.bootstrap,
             "--model", str(self.model), "--group-size", str(s.group_size),
             "--group-timeout-s", str(s.group_timeout_s), "--lora-rank", str(s.lora_rank),
-            "--prompt-encoder", "chat", "--objects", str(self.paths.objects),
+            "--prompt-encoder", "chat", "--objects", str(self.paths.objects), "--lr", str(s.lr),
+            # The rollout is the bottleneck on a small CPU machine: the learner keeps to one core.
+            "--threads", "1",
             "--checkpoint-dir", str(self.paths.component("runs") / run / "learner"),
         ]  # fmt: skip
 
