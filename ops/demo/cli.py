@@ -132,12 +132,14 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _report(run: str, out: Path, say: Callable[[str], None]) -> Path | None:
     """The training run's report page (`trialog report`), or None when it could not be written."""
+    from ops.report.cli import PAGE
+
     argv = [sys.executable, "-m", "ops.cli", "report", run, "--out", str(out)]
     done = subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         say(f"the run report could not be written ({done.stderr.strip()[-300:]})")
         return None
-    return out / "index.html"
+    return out / PAGE
 
 
 def _print_summary(summary: object, folder: Path, *, as_json: bool) -> None:
