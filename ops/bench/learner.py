@@ -75,12 +75,14 @@ def run(args: argparse.Namespace) -> int:
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     model_dir = args.model or prepare_model(Paths.from_env().cache)
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="trialog-bench-learner-") as scratch:
         say(f"throughput: {args.groups} groups of {args.group_size} waiting on the topic")
         throughput = _phase(args, bootstrap, load_model(model_dir), Path(scratch) / "a", paced=False)
         say(f"idle fraction: {args.idle_groups} groups from a rollout stand-in")
         idle = _phase(args, bootstrap, load_model(model_dir), Path(scratch) / "b", paced=True)
-    section = _render(args, throughput, idle, torch.get_num_threads())
+    load = (load_before, os.getloadavg()[0])
+    section = _render(args, throughput, idle, torch.get_num_threads(), load)
     print(section)
     if not args.no_write:
         write_section(args.output, section)
@@ -203,7 +205,9 @@ class RolloutStandIn:
         producer.close()
 
 
-def _render(args: argparse.Namespace, throughput: Phase, idle: Phase, threads: int) -> str:
+def _render(
+    args: argparse.Namespace, throughput: Phase, idle: Phase, threads: int, load: tuple[float, float]
+) -> str:
     rate = throughput.trajectories / throughput.seconds
     step_s = sorted(throughput.step_seconds)
     median = step_s[len(step_s) // 2] if step_s else float("nan")
@@ -215,7 +219,8 @@ def _render(args: argparse.Namespace, throughput: Phase, idle: Phase, threads: i
             "",
             f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
             f"- machine: {cpu_model()}, {os.cpu_count()} cores, {memory_gib():.0f} GiB, CPU only, torch "
-            f"{threads} threads; the Kafka broker on the same machine, other work on it not controlled",
+            f"{threads} threads; the Kafka broker on the same machine; load average {load[0]:.1f} at the "
+            f"start, {load[1]:.1f} at the end (other work on the machine, not controlled)",
             f"- command: `trialog bench learner --groups {args.groups} --idle-groups {args.idle_groups} "
             f"--group-size {args.group_size} --turns {args.turns} --prompt-tokens {args.prompt_tokens} "
             f"--lora-rank {args.lora_rank} --rollout-tokens-per-s {args.rollout_tokens_per_s:g}`",
