@@ -129,7 +129,7 @@ class Learner:
 
     def announce_pending(self) -> None:
         """Announce the checkpointed version if `policy.versions` lacks it; while Kafka cannot be reached
-        it stays pending (the loop calls this again) and the learner goes on training."""
+        it stays pending (the loop calls this again) and no further version is trained."""
         if self.unannounced is None:
             return
         try:
