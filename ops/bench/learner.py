@@ -57,6 +57,7 @@ class Phase:
     seconds: float
     steps: int
     step_seconds: list[float]
+    samples_per_step: list[int]
     tokens: int
     idle_fraction: float
 
@@ -138,6 +139,7 @@ def _phase(args: argparse.Namespace, bootstrap: str, model: object, scratch: Pat
         seconds=seconds,
         steps=learner.state.counters.steps,
         step_seconds=[s["train"]["seconds"] for s in stats],
+        samples_per_step=[s["train"]["samples"] for s in stats],
         tokens=sum(s["train"]["tokens"] for s in stats),
         idle_fraction=1.0 - learner.activity.busy_s / seconds,
     )
@@ -212,7 +214,8 @@ def _render(
     step_s = sorted(throughput.step_seconds)
     median = step_s[len(step_s) // 2] if step_s else float("nan")
     tokens_per_step = throughput.tokens / max(throughput.steps, 1)
-    response = len('{"command": "python3 -m pytest -q tests/test_calc.py -k case0", "tool": "run"}')
+    samples = sum(throughput.samples_per_step) or 1
+    response = throughput.tokens / samples
     return "\n".join(
         [
             "## learner",
@@ -228,13 +231,15 @@ def _render(
             "AdamW; one training step (one new version, checkpointed and published) per group of "
             f"{args.group_size}",
             f"- trajectories: {args.turns} turns each, {args.prompt_tokens} prompt tokens per turn, "
-            f"responses of ~{response} tokens (a tool call's bytes; the `bytes` prompt encoder)",
+            f"responses of {response:.0f} tokens on average (a tool call's bytes; the `bytes` prompt "
+            "encoder)",
             "",
             "| measure | value |",
             "| --- | ---: |",
             f"| trajectories/s consumed (throughput phase, {throughput.trajectories} trajectories) | "
             f"{rate:.3f} |",
-            f"| seconds per training step (median of {throughput.steps}) | {median:.1f} |",
+            f"| seconds per training step (median of {throughput.steps}: "
+            f"{', '.join(f'{s:.0f}' for s in step_s)}) | {median:.1f} |",
             f"| response tokens trained per step | {tokens_per_step:.0f} |",
             f"| learner idle fraction while the rollout stand-in produces ({idle.trajectories} trajectories, "
             f"{idle.seconds:.0f} s) | {idle.idle_fraction:.1%} |",
@@ -242,6 +247,10 @@ def _render(
             f"- the stand-in samples at {args.rollout_tokens_per_s:g} response tokens/s (one CPU rollout "
             "worker of this policy) and sleeps meanwhile: on a real 2-core machine the rollout would also "
             "take CPU from the learner",
+            "- reading: with the machine's load average far above its 2 cores, the learner got a fraction "
+            "of them; the figures are an upper bound on its cost here, not its speed on an idle machine. "
+            "Either way the learner, not the rollouts, is the bottleneck on CPU (it is idle a small share "
+            "of the time), which is why LoRA and one step per group are the defaults",
             "",
         ]
     )
