@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import tempfile
 import threading
 import time
@@ -212,7 +213,7 @@ def _render(
 ) -> str:
     rate = throughput.trajectories / throughput.seconds
     step_s = sorted(throughput.step_seconds)
-    median = step_s[len(step_s) // 2] if step_s else float("nan")
+    median = statistics.median(step_s) if step_s else float("nan")
     tokens_per_step = throughput.tokens / max(throughput.steps, 1)
     samples = sum(throughput.samples_per_step) or 1
     response = throughput.tokens / samples
