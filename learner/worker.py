@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import torch
+from kafka.errors import KafkaError
 
 from learner import checkpoint
 from learner.lora import Adaptation, adapt, load_trainable_state, merged_weights, trainable_parameters
@@ -56,6 +57,7 @@ from schemas.trajectories import TrajectoryCompleted
 log = logging.getLogger(__name__)
 SEND_TIMEOUT_S = 60.0
 STATS_FILE = "stats.jsonl"
+RETRY_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,7 @@ class Learner:
         self.optimizer = torch.optim.AdamW(trainable_parameters(model), lr=settings.lr)
         self.state = PlannerState()
         self.published: PolicyPublished | None = None
+        self.unannounced: PolicyPublished | None = None  # checkpointed, not yet on policy.versions
         self.activity = Activity()
 
     @property
@@ -120,9 +123,22 @@ class Learner:
         load_trainable_state(self.model, saved.trainable)
         self.optimizer.load_state_dict(saved.optimizer)
         self.state, self.published = saved.planner, saved.published
-        if saved.published is not None and announce_once(self.announcer, saved.published, self.store):
-            log.info("re-announced policy version %d after a restart", saved.published.version)
+        self.unannounced = saved.published
+        self.announce_pending()
         return True
+
+    def announce_pending(self) -> None:
+        """Announce the checkpointed version if `policy.versions` lacks it; while Kafka cannot be reached
+        it stays pending (the loop calls this again) and no further version is trained."""
+        if self.unannounced is None:
+            return
+        try:
+            if announce_once(self.announcer, self.unannounced, self.store):
+                log.info("announced policy version %d", self.unannounced.version)
+        except KafkaError as exc:
+            log.warning("could not announce version %d yet (%s)", self.unannounced.version, exc)
+            return
+        self.unannounced = None
 
     def offer(self, event: Input) -> list[Decision]:
         """Feed one input to the planner and carry out what it decides."""
@@ -135,7 +151,9 @@ class Learner:
         return decisions
 
     def train_ready(self) -> None:
-        while self.state.ready:
+        # A version is announced before the next is trained: the checkpoint holds one announcement, so
+        # training on past an unannounced version could leave a gap in policy.versions after a crash.
+        while self.state.ready and self.unannounced is None:
             self._train(self.state.ready[0])
 
     def _train(self, group: ReadyGroup) -> None:
@@ -154,8 +172,8 @@ class Learner:
                                   trajectories=len(trajectories))  # fmt: skip
         self.state, decisions = apply(self.state, Trained(group.group_key), self.settings.planner)
         self._checkpoint(published)
-        announce_once(self.announcer, published, self.store)
-        self.published = published
+        self.published = self.unannounced = published
+        self.announce_pending()
         self.activity.busy_s += time.monotonic() - started
         self._report(group, stats, counts)
         for decision in decisions:
@@ -287,8 +305,15 @@ class KafkaAnnouncer:
 
 def run(learner: Learner, feed: Feed, clock: Clock, stopping: threading.Event, poll_ms: int = 500) -> None:
     """Consume until `stopping` is set: each record, then a clock tick (group timeouts)."""
-    learner.train_ready()  # groups that were ready when the checkpoint was written
     while not stopping.is_set():
-        for event in inputs(feed.poll(poll_ms), learner.codec, clock):
+        learner.announce_pending()
+        learner.train_ready()  # groups ready in the checkpoint, or held back by an unsent announcement
+        try:
+            records = feed.poll(poll_ms)
+        except KafkaError as exc:
+            log.warning("Kafka unreachable while polling (%s); retrying", exc)
+            stopping.wait(RETRY_S)
+            continue
+        for event in inputs(records, learner.codec, clock):
             learner.offer(event)
         learner.offer(Tick(clock.now_us()))

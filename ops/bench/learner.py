@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import tempfile
 import threading
 import time
@@ -57,6 +58,7 @@ class Phase:
     seconds: float
     steps: int
     step_seconds: list[float]
+    samples_per_step: list[int]
     tokens: int
     idle_fraction: float
 
@@ -75,12 +77,14 @@ def run(args: argparse.Namespace) -> int:
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     model_dir = args.model or prepare_model(Paths.from_env().cache)
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="trialog-bench-learner-") as scratch:
         say(f"throughput: {args.groups} groups of {args.group_size} waiting on the topic")
         throughput = _phase(args, bootstrap, load_model(model_dir), Path(scratch) / "a", paced=False)
         say(f"idle fraction: {args.idle_groups} groups from a rollout stand-in")
         idle = _phase(args, bootstrap, load_model(model_dir), Path(scratch) / "b", paced=True)
-    section = _render(args, throughput, idle, torch.get_num_threads())
+    load = (load_before, os.getloadavg()[0])
+    section = _render(args, throughput, idle, torch.get_num_threads(), load)
     print(section)
     if not args.no_write:
         write_section(args.output, section)
@@ -136,6 +140,7 @@ def _phase(args: argparse.Namespace, bootstrap: str, model: object, scratch: Pat
         seconds=seconds,
         steps=learner.state.counters.steps,
         step_seconds=[s["train"]["seconds"] for s in stats],
+        samples_per_step=[s["train"]["samples"] for s in stats],
         tokens=sum(s["train"]["tokens"] for s in stats),
         idle_fraction=1.0 - learner.activity.busy_s / seconds,
     )
@@ -203,19 +208,23 @@ class RolloutStandIn:
         producer.close()
 
 
-def _render(args: argparse.Namespace, throughput: Phase, idle: Phase, threads: int) -> str:
+def _render(
+    args: argparse.Namespace, throughput: Phase, idle: Phase, threads: int, load: tuple[float, float]
+) -> str:
     rate = throughput.trajectories / throughput.seconds
     step_s = sorted(throughput.step_seconds)
-    median = step_s[len(step_s) // 2] if step_s else float("nan")
+    median = statistics.median(step_s) if step_s else float("nan")
     tokens_per_step = throughput.tokens / max(throughput.steps, 1)
-    response = len('{"command": "python3 -m pytest -q tests/test_calc.py -k case0", "tool": "run"}')
+    samples = sum(throughput.samples_per_step) or 1
+    response = throughput.tokens / samples
     return "\n".join(
         [
             "## learner",
             "",
             f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
             f"- machine: {cpu_model()}, {os.cpu_count()} cores, {memory_gib():.0f} GiB, CPU only, torch "
-            f"{threads} threads; the Kafka broker on the same machine, other work on it not controlled",
+            f"{threads} threads; the Kafka broker on the same machine; load average {load[0]:.1f} at the "
+            f"start, {load[1]:.1f} at the end (other work on the machine, not controlled)",
             f"- command: `trialog bench learner --groups {args.groups} --idle-groups {args.idle_groups} "
             f"--group-size {args.group_size} --turns {args.turns} --prompt-tokens {args.prompt_tokens} "
             f"--lora-rank {args.lora_rank} --rollout-tokens-per-s {args.rollout_tokens_per_s:g}`",
@@ -223,13 +232,15 @@ def _render(args: argparse.Namespace, throughput: Phase, idle: Phase, threads: i
             "AdamW; one training step (one new version, checkpointed and published) per group of "
             f"{args.group_size}",
             f"- trajectories: {args.turns} turns each, {args.prompt_tokens} prompt tokens per turn, "
-            f"responses of ~{response} tokens (a tool call's bytes; the `bytes` prompt encoder)",
+            f"responses of {response:.0f} tokens on average (a tool call's bytes; the `bytes` prompt "
+            "encoder)",
             "",
             "| measure | value |",
             "| --- | ---: |",
             f"| trajectories/s consumed (throughput phase, {throughput.trajectories} trajectories) | "
             f"{rate:.3f} |",
-            f"| seconds per training step (median of {throughput.steps}) | {median:.1f} |",
+            f"| seconds per training step (median of {throughput.steps}: "
+            f"{', '.join(f'{s:.0f}' for s in step_s)}) | {median:.1f} |",
             f"| response tokens trained per step | {tokens_per_step:.0f} |",
             f"| learner idle fraction while the rollout stand-in produces ({idle.trajectories} trajectories, "
             f"{idle.seconds:.0f} s) | {idle.idle_fraction:.1%} |",
@@ -237,6 +248,10 @@ def _render(args: argparse.Namespace, throughput: Phase, idle: Phase, threads: i
             f"- the stand-in samples at {args.rollout_tokens_per_s:g} response tokens/s (one CPU rollout "
             "worker of this policy) and sleeps meanwhile: on a real 2-core machine the rollout would also "
             "take CPU from the learner",
+            "- reading: with the machine's load average far above its 2 cores, the learner got a fraction "
+            "of them; the figures are an upper bound on its cost here, not its speed on an idle machine. "
+            "Either way the learner, not the rollouts, is the bottleneck on CPU (it is idle a small share "
+            "of the time), which is why LoRA and one step per group are the defaults",
             "",
         ]
     )

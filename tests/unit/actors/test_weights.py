@@ -4,7 +4,7 @@ import dataclasses
 
 import torch
 
-from actors.rollout.weights import MemoryPublications, TorchModelTarget, WeightsWatcher
+from actors.rollout.weights import MemoryPublications, TorchModelTarget, WeightsWatcher, hot_swap
 from learner.lora import Adaptation, adapt, merged_weights
 from learner.publish import store_weights, weights_bytes
 from learner.testing import tiny_llama
@@ -121,3 +121,21 @@ def test_a_pinned_watcher_loads_its_version_and_nothing_else() -> None:
     rig.publish(4)
     assert rig.watcher.refresh() is None
     assert rig.watcher.version == 2
+
+
+class VersionedStub:
+    policy_version: int | None = None
+
+
+def test_the_between_requests_hook_loads_new_weights_and_records_their_version() -> None:
+    rig = Rig()
+    policy = VersionedStub()
+    between_requests = hot_swap(rig.watcher, policy)
+    assert between_requests() is None
+    assert policy.policy_version == 0  # the base weights
+    rig.publish(1)
+    rig.publish(2)
+    assert between_requests() == 2
+    assert policy.policy_version == 2 and rig.holds(2)
+    assert between_requests() is None
+    assert policy.policy_version == 2

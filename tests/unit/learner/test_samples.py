@@ -2,8 +2,17 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from learner import testing
-from learner.samples import BytesPromptEncoder, group_samples, step_request, trajectory_samples
+from learner.samples import (
+    BytesPromptEncoder,
+    group_samples,
+    make_encoder,
+    step_request,
+    trajectory_samples,
+)
+from ops.cli import build_parser
 from schemas.actions import RunCommand, Submit
 
 
@@ -59,3 +68,22 @@ def test_a_group_gives_each_trajectory_its_own_advantage() -> None:
     samples, counts = group_samples(members, [1.0, -1.0], BytesPromptEncoder())
     assert counts.samples == 4
     assert [s.advantage for s in samples] == [1.0, 1.0, -1.0, -1.0]
+
+
+def test_encoders_by_name() -> None:
+    assert isinstance(make_encoder("bytes", None), BytesPromptEncoder)
+    with pytest.raises(ValueError, match="tokenizer"):
+        make_encoder("chat", None)
+    with pytest.raises(ValueError, match="unknown prompt encoder"):
+        make_encoder("sentencepiece", None)
+
+
+def test_the_learner_worker_command_takes_its_options() -> None:
+    args = build_parser().parse_args(
+        ["worker", "learner", "--run", "r1", "--group-size", "8", "--group-timeout-s", "30",
+         "--max-staleness", "1", "--lora-rank", "0", "--lr", "3e-5", "--threads", "2",
+         "--prompt-encoder", "bytes", "--checkpoint-dir", "/tmp/ck", "--device", "cpu"]
+    )  # fmt: skip
+    assert (args.run, args.group_size, args.group_timeout_s, args.max_staleness) == ("r1", 8, 30.0, 1)
+    assert (args.lora_rank, args.lr, args.threads, args.prompt_encoder) == (0, 3e-5, 2, "bytes")
+    assert args.handler.__name__ == "_cmd_worker_learner"

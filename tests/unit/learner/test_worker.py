@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from kafka.errors import KafkaConnectionError
 
 from learner import checkpoint, testing
 from learner.lora import Adaptation, trainable_state
@@ -109,3 +110,28 @@ def test_unreadable_records_become_unreadable_inputs() -> None:
         Unreadable(Position(TOPIC, 1, 5)),
         Unreadable(Position(TOPIC, 1, 6)),
     ]
+
+
+class UnreachableAnnouncer(MemoryAnnouncer):
+    """Kafka down: every announcement fails until `reachable` is set."""
+
+    reachable = False
+
+    def announce(self, published: PolicyPublished) -> None:
+        if not self.reachable:
+            raise KafkaConnectionError("broker down")
+        super().announce(published)
+
+
+def test_no_version_is_trained_past_one_that_could_not_be_announced(tmp_path: Path) -> None:
+    announcer, store = UnreachableAnnouncer(), MemoryObjectStore()
+    learner = make_learner(tmp_path, announcer, store)
+    feed(learner, "g1", [1.0, 0.0], 0)
+    feed(learner, "g2", [0.0, 1.0], 2)
+    assert learner.state.version == 1  # g2 waits: version 1 is checkpointed but not announced
+    assert [g.group_key for g in learner.state.ready] == ["g2"]
+    announcer.reachable = True
+    learner.announce_pending()
+    learner.train_ready()
+    assert [p.version for p in announcer.published] == [1, 2]
+    assert learner.state.version == 2
