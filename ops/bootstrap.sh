@@ -17,6 +17,10 @@ fi
 key=$({ cat ops/requirements.lock; "$PYTHON" -c 'import sys; print(sys.version)'; echo "$PIP_VERSION"; } \
       | sha256sum | cut -c1-16)
 DEPS="$CACHE/venv/deps-$key"
+mkdir -p "$CACHE/venv"
+# Two checkouts bootstrapping at once must not build (and delete) the same environment under each other.
+exec 9>"$DEPS.lock"
+flock 9
 if [ ! -f "$DEPS/.complete" ]; then
   echo "   creating the dependency environment $DEPS (one resolver run; torch is large)"
   rm -rf "$DEPS"
@@ -27,6 +31,7 @@ if [ ! -f "$DEPS/.complete" ]; then
 else
   echo "   reusing the dependency environment $DEPS"
 fi
+flock -u 9
 
 if [ ! -x .venv/bin/python ] || [ "$(cat .venv/.trialog-deps 2>/dev/null)" != "$DEPS" ]; then
   rm -rf .venv
