@@ -192,7 +192,7 @@ def load_llm_policy(
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    eos = _end_of_turn(tokenizer)
+    eos = end_of_turn(tokenizer)
     generation: GenerationBackend
     if backend == "torch":
         generation = _torch_backend(model_dir, device, eos, tokenizer.pad_token_id)
@@ -206,12 +206,19 @@ def load_llm_policy(
     return LlmPolicy(encoder, generation, tokenizer, policy_version, max_new_tokens)
 
 
-def _end_of_turn(tokenizer: Any) -> int:
-    """The token that ends the assistant's turn in the chat template (`<|im_end|>` for SmolLM2)."""
-    eos = tokenizer.eos_token_id
-    if eos is None:
-        raise ValueError("the tokenizer has no end-of-sequence token")
-    return int(eos)
+END_OF_TURN = "<|im_end|>"  # ChatML's end of a message, which SmolLM2's chat template uses
+
+
+def end_of_turn(tokenizer: Any) -> int:
+    """The token that ends the assistant's turn: ChatML's `<|im_end|>` when the vocabulary has it, else the
+    tokenizer's end-of-sequence token. (The tokenizer converted from SmolLM2's GGUF file names
+    `<|im_start|>` as its eos token; stopping there would let the model run on past its turn.)"""
+    vocab = tokenizer.get_vocab()
+    if END_OF_TURN in vocab:
+        return int(vocab[END_OF_TURN])
+    if tokenizer.eos_token_id is None:
+        raise ValueError("the tokenizer has neither <|im_end|> nor an end-of-sequence token")
+    return int(tokenizer.eos_token_id)
 
 
 def _torch_backend(model_dir: Path, device: str, eos: int, pad: int | None) -> GenerationBackend:

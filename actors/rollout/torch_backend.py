@@ -83,6 +83,7 @@ class TorchBackend:
                 position_ids=step_positions,
                 past_key_values=past,
                 use_cache=True,
+                logits_to_keep=1,  # only the last position is sampled: no vocabulary matmul elsewhere
             )
             past = out.past_key_values
             logits = out.logits[:, -1, :].float()

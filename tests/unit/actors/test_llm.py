@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import pytest
 
 from actors.rollout.generation import Generation
-from actors.rollout.llm import ChatPromptEncoder, LlmPolicy, sampler_seed
+from actors.rollout.llm import ChatPromptEncoder, LlmPolicy, end_of_turn, sampler_seed
 from actors.rollout.scaffold import messages
 from actors.rollout.torch_backend import TorchBackend
 from actors.rollout.worker import RolloutWorker
@@ -161,3 +161,9 @@ def test_the_learner_rebuilds_each_steps_prompt_from_the_trajectory_alone() -> N
             request_meta(step=index), "Fix add() in calc.py.", steps[:index], SamplingParams()
         )
         assert encoder.encode_history("Fix add() in calc.py.", steps[:index]) == encoder.encode(request)
+
+
+def test_the_turn_ends_at_im_end_even_when_the_tokenizer_names_another_eos() -> None:
+    tokenizer = byte_tokenizer()
+    tokenizer.eos_token = "<|im_start|>"  # what the tokenizer converted from SmolLM2's GGUF file says
+    assert end_of_turn(tokenizer) == tokenizer.convert_tokens_to_ids(IM_END)
