@@ -285,6 +285,9 @@ def run_worker(settings: Settings) -> int:
     logging.getLogger("faust").setLevel(logging.WARNING)
     logging.getLogger("aiokafka").setLevel(logging.WARNING)
     logging.getLogger("kafka").setLevel(logging.WARNING)
+    from streams.profiling import profile_from_env
+
+    profile_from_env()
     app, _worker = build_app(settings)
     log.info(
         "streams worker %s: app %s on %s, data %s",
