@@ -301,17 +301,22 @@ class EpisodeWorker:
         """One input record: a batch of one."""
         await self.handle_batch([record])
 
-    async def handle_batch(self, inputs: Sequence[Input]) -> None:
+    async def handle_batch(self, inputs: Sequence[Input]) -> list[bool]:
         """Decide, send, acknowledge and write one batch (see the module doc); retried after a rebuild when
-        sending or writing fails. Never raises for anything the records contain."""
+        sending or writing fails. Never raises for anything the records contain.
+
+        Returns, per input, whether it was handled: an input of a partition not recovered here (assigned
+        but not yet restored, or just lost) is skipped and must not be acknowledged to Kafka, so that the
+        partition's owner reads it (again) from the committed offset."""
         async with self.lock:
             partitions = {record.partition for record in inputs} & self.ready
             delay, attempt = self.retry_backoff_s[0], 1
             while True:
                 try:
+                    handled = [record.partition in self.ready for record in inputs]
                     work = await self._decide_all(inputs)
                     await self._commit(work)
-                    return
+                    return handled
                 except Exception:
                     if attempt >= MAX_BATCH_ATTEMPTS:
                         raise
@@ -336,7 +341,7 @@ class EpisodeWorker:
         work = _Work()
         for record in inputs:
             if record.partition not in self.ready:
-                self._count("skipped.unassigned")  # the partition moved on; its new owner reads it
+                self._count("skipped.unassigned")  # not acknowledged: its owner reads it (again)
                 continue
             try:
                 await self._decide(record, work)
