@@ -104,6 +104,9 @@ def _measure(bootstrap: str, root: Path, episodes: int, steps: int, profile: Pat
         worker = _start_streams(bootstrap, run_id, Path(scratch), root, profile)
         try:
             return _drive(bootstrap, run_id, episodes, steps, worker.pid)
+        except StackError as exc:
+            tail = (Path(scratch) / "streams.log").read_text(errors="replace")[-3000:]
+            raise StackError(f"{exc.args[0]}; the streams worker's log ends:\n{tail}") from exc
         finally:
             worker.terminate()
             worker.wait(timeout=60)
