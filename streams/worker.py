@@ -288,7 +288,7 @@ class EpisodeWorker:
         except FoldError as exc:
             log.warning("episode.events[%d]@%d does not fold onto %s: %s", partition, offset, key, exc)
             return None
-        if episode == row.state.episode:
+        if episode is row.state.episode:  # `apply` returns the state itself for a duplicate
             return None
         state = replace(row.state, episode=episode)
         if isinstance(event, EpisodeStarted):
