@@ -24,6 +24,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from ops.bench.report import cpu_model, memory_gib, write_section
 from ops.console import StackError, say
@@ -148,6 +149,7 @@ def _drive(bootstrap: str, run_id: str, episodes: int, steps: int, streams_pid: 
     workers = NullWorkers(steps)
     producer.send(topic_name(run_id, "tasks"), key=b"bench-task", value=codec.encode(task_record()))
     producer.flush()
+    _warm_up(producer, consumer, run_id, workers, steps)
     sent_at: dict[str, float] = {}
     overheads: list[float] = []
     answered = done = 0
@@ -170,6 +172,8 @@ def _drive(bootstrap: str, run_id: str, episodes: int, steps: int, streams_pid: 
                 if not isinstance(request, PolicyRequest | SandboxRequest | VerifyRequest):
                     continue
                 episode = request.meta.episode_id
+                if WARM_UP in episode:
+                    continue
                 if episode in sent_at:
                     overheads.append((now - sent_at.pop(episode)) * 1000)
                 answer_base, answer = workers.answer(request)
@@ -186,6 +190,46 @@ def _drive(bootstrap: str, run_id: str, episodes: int, steps: int, streams_pid: 
     if done < episodes:
         raise StackError(f"only {done} of {episodes} episodes completed within 300 s")
     return Result(overheads, answered, seconds, done, cpu)
+
+
+WARM_UP = "-warm-up-"
+
+
+def _warm_up(producer: Any, consumer: Any, run_id: str, workers: Any, steps: int) -> None:
+    """Run one episode end to end before measuring, so that the streams worker's start (metadata of new
+    topics, table recovery) is not measured. A start the worker could not handle yet (it dead-letters it)
+    is tried again with a new episode every 20 s; the consumer is left after the warm-up's trajectory."""
+    import dataclasses as dc
+
+    from ops.bench.pipeline_workers import start_commands
+    from schemas.codec import default_codec
+    from schemas.requests import PolicyRequest, SandboxRequest, VerifyRequest
+    from schemas.trajectories import TrajectoryCompleted
+
+    codec = default_codec()
+    give_up = time.monotonic() + 240
+    for attempt in range(12):
+        (command,) = start_commands(run_id, 1, steps)
+        episode = f"{run_id}{WARM_UP}{attempt}"
+        command = dc.replace(command, episode_id=episode, meta=dc.replace(command.meta, event_id=episode))
+        producer.send(
+            topic_name(run_id, "episode.commands"), key=episode.encode(), value=codec.encode(command)
+        )
+        producer.flush()
+        retry_at = time.monotonic() + 20
+        while time.monotonic() < min(retry_at, give_up):
+            for tp, records in consumer.poll(timeout_ms=100).items():
+                base = tp.topic[len(run_id) + 1 :]
+                for record in records:
+                    value = codec.decode(record.value)
+                    if isinstance(value, TrajectoryCompleted) and WARM_UP in value.meta.episode_id:
+                        return
+                    if isinstance(value, PolicyRequest | SandboxRequest | VerifyRequest):
+                        answer_base, answer = workers.answer(value)
+                        key = value.meta.episode_id.encode()
+                        producer.send(topic_name(run_id, answer_base), key=key, value=codec.encode(answer))
+            producer.flush()
+    raise StackError("the warm-up episode did not complete within 240 s")
 
 
 def _percentile(values: list[float], q: float) -> float:
