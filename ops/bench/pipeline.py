@@ -218,8 +218,7 @@ def _warm_up(producer: Any, consumer: Any, run_id: str, workers: Any, steps: int
         producer.flush()
         retry_at = time.monotonic() + 20
         while time.monotonic() < min(retry_at, give_up):
-            for tp, records in consumer.poll(timeout_ms=100).items():
-                base = tp.topic[len(run_id) + 1 :]
+            for records in consumer.poll(timeout_ms=100).values():
                 for record in records:
                     value = codec.decode(record.value)
                     if isinstance(value, TrajectoryCompleted) and WARM_UP in value.meta.episode_id:
