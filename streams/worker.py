@@ -151,8 +151,9 @@ class Input:
 class _Work:
     """What one batch sends (in order) and the rows it changed (the newest of each, in order of change)."""
 
+    # (topic, key, value, partition of an appended event or None)
     records: list[tuple[str, bytes | None, bytes, int | None]] = field(default_factory=list)
-    rows: dict[str, Row] = field(default_factory=dict)  # topic, key, value, partition of an appended event
+    rows: dict[str, Row] = field(default_factory=dict)
     appended: int = 0
 
     def send(self, topic: str, key: bytes | None, value: bytes, event_of: int | None = None) -> None:
