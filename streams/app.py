@@ -170,13 +170,14 @@ def build_app(settings: Settings) -> tuple[faust.App, EpisodeWorker]:
             try:
                 partitions = assigned()  # recover new partitions only once their rows are restored
                 await worker.sync_assignment(partitions if settled() else partitions & worker.ready)
-                await worker.handle_batch([_input(names, event.message) for event in events])
+                handled = await worker.handle_batch([_input(names, event.message) for event in events])
             except Exception as exc:  # a batch that keeps failing: stop, a restart recovers from the log
                 log.exception("a batch failed for good; stopping the worker")
                 await app.crash(exc)
                 return
-            for event in events:
-                event.ack()
+            for event, done in zip(events, handled, strict=True):
+                if done:  # a skipped input stays unacknowledged: read again from the committed offset
+                    event.ack()
 
     app.task(process_batches)
 
@@ -285,6 +286,9 @@ def run_worker(settings: Settings) -> int:
     logging.getLogger("faust").setLevel(logging.WARNING)
     logging.getLogger("aiokafka").setLevel(logging.WARNING)
     logging.getLogger("kafka").setLevel(logging.WARNING)
+    from streams.profiling import profile_from_env
+
+    profile_from_env()
     app, _worker = build_app(settings)
     log.info(
         "streams worker %s: app %s on %s, data %s",

@@ -158,8 +158,9 @@ class Input:
 class _Work:
     """What one batch sends (in order) and the rows it changed (the newest of each, in order of change)."""
 
+    # (topic, key, value, partition of an appended event or None)
     records: list[tuple[str, bytes | None, bytes, int | None]] = field(default_factory=list)
-    rows: dict[str, Row] = field(default_factory=dict)  # topic, key, value, partition of an appended event
+    rows: dict[str, Row] = field(default_factory=dict)
     appended: int = 0
 
     def send(self, topic: str, key: bytes | None, value: bytes, event_of: int | None = None) -> None:
@@ -295,7 +296,7 @@ class EpisodeWorker:
         except FoldError as exc:
             log.warning("episode.events[%d]@%d does not fold onto %s: %s", partition, offset, key, exc)
             return None
-        if episode == row.state.episode:
+        if episode is row.state.episode:  # `apply` returns the state itself for a duplicate
             return None
         state = replace(row.state, episode=episode)
         if isinstance(event, EpisodeStarted):
@@ -308,17 +309,22 @@ class EpisodeWorker:
         """One input record: a batch of one."""
         await self.handle_batch([record])
 
-    async def handle_batch(self, inputs: Sequence[Input]) -> None:
+    async def handle_batch(self, inputs: Sequence[Input]) -> list[bool]:
         """Decide, send, acknowledge and write one batch (see the module doc); retried after a rebuild when
-        sending or writing fails. Never raises for anything the records contain."""
+        sending or writing fails. Never raises for anything the records contain.
+
+        Returns, per input, whether it was handled: an input of a partition not recovered here (assigned
+        but not yet restored, or just lost) is skipped and must not be acknowledged to Kafka, so that the
+        partition's owner reads it (again) from the committed offset."""
         async with self.lock:
             partitions = {record.partition for record in inputs} & self.ready
             delay, attempt = self.retry_backoff_s[0], 1
             while True:
                 try:
+                    handled = [record.partition in self.ready for record in inputs]
                     work = await self._decide_all(inputs)
                     await self._commit(work)
-                    return
+                    return handled
                 except Exception:
                     if attempt >= MAX_BATCH_ATTEMPTS:
                         raise
@@ -343,7 +349,7 @@ class EpisodeWorker:
         work = _Work()
         for record in inputs:
             if record.partition not in self.ready:
-                self._count("skipped.unassigned")  # the partition moved on; its new owner reads it
+                self._count("skipped.unassigned")  # not acknowledged: its owner reads it (again)
                 continue
             try:
                 await self._decide(record, work)

@@ -247,3 +247,13 @@ def test_a_failed_batch_is_rebuilt_from_the_log_and_retried() -> None:
     assert len(world.requests("sandbox.requests")) == 1
     assert world.dead() == []
     assert worker.stats.get("ignored.duplicate") == 1
+
+
+def test_inputs_of_a_partition_not_recovered_here_are_skipped_and_reported() -> None:
+    world = World()
+    worker = world.worker()  # partition 0 only
+    elsewhere = dataclasses.replace(_input(world, "episode.commands", _start(OTHER), OTHER), partition=1)
+    here = _input(world, "episode.commands", _start(EPISODE), EPISODE)
+    assert asyncio.run(worker.handle_batch([elsewhere, here])) == [False, True]
+    assert [e.meta.episode_id for e in world.events()] == [EPISODE]
+    assert worker.stats["skipped.unassigned"] == 1
