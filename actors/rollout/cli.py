@@ -65,6 +65,13 @@ def add_llm_arguments(command: argparse.ArgumentParser) -> None:
         "--batch", type=int, default=1, help="llm: queued requests answered per batched generate (default 1)"
     )
     command.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="llm: torch CPU threads (0: torch's default). On a machine shared with other workers, 1 "
+        "avoids threads spinning on each other (measured 4x faster under load)",
+    )
+    command.add_argument(
         "--versions-run",
         metavar="RUN",
         help="llm: hot-swap the weights the learner of RUN publishes on RUN.policy.versions (default: none)",
@@ -103,8 +110,12 @@ def _llm_policy(args: argparse.Namespace) -> Policy:
 
     if args.actions or args.solutions:
         raise ValueError("--actions and --solutions are for --policy scripted")
-    if args.batch < 1 or args.max_new_tokens < 1:
-        raise ValueError("--batch and --max-new-tokens must be at least 1")
+    if args.batch < 1 or args.max_new_tokens < 1 or args.threads < 0:
+        raise ValueError("--batch and --max-new-tokens must be at least 1, --threads at least 0")
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     model = args.model
     if model is None:
         from learner.model import prepare_model

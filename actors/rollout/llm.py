@@ -141,12 +141,12 @@ class LlmPolicy:
                 seeds=[_seed_of(requests[i]) for i in rows],
             )
             for row, generation in zip(rows, generations, strict=True):
-                samples[row] = self._sample(generation, len(prompts[row]))
+                samples[row] = self._sample(generation, len(prompts[row]), requests[row].instruction)
         return [samples[row] for row in range(len(requests))]
 
-    def _sample(self, generation: Generation, prompt_tokens: int) -> Sample:
+    def _sample(self, generation: Generation, prompt_tokens: int, instruction: str) -> Sample:
         reply = str(self.decoder.decode(list(generation.token_ids), skip_special_tokens=True))
-        parsed = scaffold.parse_reply(reply)
+        parsed = scaffold.parse_reply(reply, instruction)
         action = scaffold.invalid_reply(reply, parsed) if isinstance(parsed, scaffold.ReplyError) else parsed
         return Sample(
             action,

@@ -10,7 +10,10 @@ So a reply may also say what to do like this (the first action in the reply wins
                                  ```
 * a line `run: COMMAND` -> run(COMMAND); a ```bash / ```sh block without a file name -> run(its lines);
 * a line `submit` (or `submit()`) -> submit();
-* a JSON tool call (see `policy.parse_action`), bare or in a ```json block, as before.
+* a JSON tool call (see `policy.parse_action`), bare or in a ```json block, as before;
+* a ```python block that names no file, when the task names exactly one Python file (`default_file`):
+  write_file(that file, the block's code). Measured: SmolLM2 nearly always writes such a block for a task
+  like "make add() in calc.py return the sum", and almost never names the file.
 
 A block the model did not close (it ended its turn inside it) still counts: its code runs to the end.
 """
@@ -48,18 +51,19 @@ class MalformedCall(ValueError):
     """A JSON object with a "tool" key that is not a valid tool call (the message says why)."""
 
 
-def markdown_action(reply: str) -> Action | None:
-    """The first action the reply writes in any accepted form; None when there is none.
+def markdown_action(reply: str, default_file: str | None = None) -> Action | None:
+    """The first action the reply writes in any accepted form; None when there is none. An unnamed
+    Python block writes `default_file` (the one file the task names), when given.
 
     Raises MalformedCall when the first candidate is a JSON tool call that is not valid."""
-    found = sorted(_candidates(reply), key=lambda f: f.start)
+    found = sorted(_candidates(reply, default_file), key=lambda f: f.start)
     return found[0].action if found else None
 
 
-def _candidates(reply: str) -> Iterator[Found]:
+def _candidates(reply: str, default_file: str | None) -> Iterator[Found]:
     blocks = list(_FENCE.finditer(reply))
     for block in blocks:
-        action = _block_action(block.group(1).strip(), block.group(2))
+        action = _block_action(block.group(1).strip(), block.group(2), default_file)
         if action is not None:
             yield Found(block.start(), action)
     outside = _blank_blocks(reply, blocks)
@@ -72,7 +76,7 @@ def _candidates(reply: str) -> Iterator[Found]:
         yield json_call
 
 
-def _block_action(info: str, body: str) -> Action | None:
+def _block_action(info: str, body: str, default_file: str | None = None) -> Action | None:
     words = info.replace(":", " ").split()
     named = next((p for p in map(_path, words) if p), None)
     if named:
@@ -90,7 +94,21 @@ def _block_action(info: str, body: str) -> Action | None:
         command = " && ".join(line.removeprefix("run:").strip() for line in lines if line)
         return RunCommand(command) if command else None
     run = _RUN_LINE.match(body.strip())
-    return RunCommand(run.group(1).strip()) if run else None
+    if run:
+        return RunCommand(run.group(1).strip())
+    if default_file and language in _PYTHON and body.strip():
+        return WriteFile(default_file, _code(body).encode("utf-8"))
+    return None
+
+
+_PYTHON = frozenset({"python", "py", "python3", ""})
+_PY_FILE = re.compile(r"(?<![\w./-])([A-Za-z_][A-Za-z0-9_/]*\.py)(?![\w])")
+
+
+def only_python_file(instruction: str) -> str | None:
+    """The Python file the instruction names, when it names exactly one (else None)."""
+    names = {name for name in _PY_FILE.findall(instruction) if _path(name)}
+    return names.pop() if len(names) == 1 else None
 
 
 def _path(word: str) -> str | None:

@@ -17,7 +17,12 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from actors.rollout.markdown_actions import MalformedCall, json_objects, markdown_action
+from actors.rollout.markdown_actions import (
+    MalformedCall,
+    json_objects,
+    markdown_action,
+    only_python_file,
+)
 from schemas.actions import Action, ApplyPatch, InvalidReply, RunCommand, Submit, WriteFile
 from schemas.common import Output
 from schemas.events import StepExecuted, StepRecord
@@ -98,10 +103,11 @@ def _stream(name: str, output: Output) -> list[str]:
     return [f"{name}{' (end only)' if cut else ''}:", text.rstrip("\n")]
 
 
-def parse_reply(reply: str) -> Action | ReplyError:
-    """The action in a model's reply (Markdown or a JSON tool call), or what is wrong with it."""
+def parse_reply(reply: str, instruction: str = "") -> Action | ReplyError:
+    """The action in a model's reply (Markdown or a JSON tool call), or what is wrong with it. A Python
+    block that names no file writes the one Python file the task's `instruction` names, if it names one."""
     try:
-        action = markdown_action(reply)
+        action = markdown_action(reply, only_python_file(instruction))
     except MalformedCall as exc:
         return ReplyError(f"Your tool call is not valid: {exc}. {FORMAT_HINT}")
     if action is not None:

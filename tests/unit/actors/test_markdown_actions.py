@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from actors.rollout.markdown_actions import MalformedCall, markdown_action
+from actors.rollout.markdown_actions import MalformedCall, markdown_action, only_python_file
 from schemas.actions import RunCommand, Submit, WriteFile
 
 ADD = b"def add(a, b):\n    return a + b\n"
@@ -69,3 +69,28 @@ def test_text_without_an_action_is_none(reply: str) -> None:
 def test_an_invalid_json_tool_call_says_what_is_wrong() -> None:
     with pytest.raises(MalformedCall, match="unknown tool"):
         markdown_action('{"tool": "delete", "path": "x"}')
+
+
+@pytest.mark.parametrize(
+    ("instruction", "expected"),
+    [
+        ("Change `answer()` in `answer.py` so that it returns the number 3.", "answer.py"),
+        ("Fix add in pkg/calc.py; calc.py is imported by totals", None),  # two files
+        ("`add` in calc.py is wrong, so calc.py's total() is too.", "calc.py"),  # one file, twice
+        ("Make the tests pass.", None),
+    ],
+)
+def test_the_one_python_file_a_task_names(instruction: str, expected: str | None) -> None:
+    assert only_python_file(instruction) == expected
+
+
+def test_an_unnamed_python_block_writes_the_one_file_the_task_names() -> None:
+    reply = "Sure:\n```python\ndef answer():\n    return 3\n```"
+    assert markdown_action(reply, "answer.py") == WriteFile("answer.py", b"def answer():\n    return 3\n")
+    assert markdown_action(reply) is None  # the task names no single file: still no action
+    shell = "```bash\npytest -q\n```"
+    assert markdown_action(shell, "answer.py") == RunCommand(
+        "pytest -q"
+    )  # other languages keep their meaning
+    named = "```python\n# other.py\nx = 1\n```"
+    assert markdown_action(named, "answer.py") == WriteFile("other.py", b"x = 1\n")  # a named file wins

@@ -106,3 +106,11 @@ def test_a_reply_held_by_reference_is_replaced_by_a_note() -> None:
     )
     chat = messages(PolicyRequest(request_meta(step=1), "t", (long_reply,), SamplingParams()))
     assert chat[2] == {"role": "assistant", "content": "(a long reply, not shown)"}
+
+
+def test_a_reply_is_read_against_the_task_it_answers() -> None:
+    reply = "```python\ndef add(a, b):\n    return a + b\n```"
+    assert parse_reply(reply, "Fix `add` in `calc.py`.") == WriteFile(
+        "calc.py", b"def add(a, b):\n    return a + b\n"
+    )
+    assert isinstance(parse_reply(reply), ReplyError)
