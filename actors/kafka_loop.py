@@ -22,6 +22,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from kafka import KafkaConsumer, KafkaProducer
 
 from ops.kafka_serving import poll, serve_in_order
+from ops.telemetry import metrics, tracing
 from ops.topics import topic_name
 from schemas.codec import Codec, DecodeError, default_codec
 from schemas.common import EventMeta
@@ -114,13 +115,20 @@ class RequestLoop(Generic[Req]):
             producer.close()
 
     def serve(self, record: Any, producer: KafkaProducer) -> None:
-        """Answer one consumed record, or dead-letter it."""
+        """Answer one consumed record, or dead-letter it; traced as one span of the record's episode."""
+        with tracing.consumed_span(
+            tracing.span_name(self.route.requests), record.key, None, headers=record.headers,
+            topic=record.topic, partition=record.partition, offset=record.offset,
+        ):  # fmt: skip
+            self._serve(record, producer)
+
+    def _serve(self, record: Any, producer: KafkaProducer) -> None:
         outcome = self.answer(record.value)
         if isinstance(outcome, Refused):
             self._dead_letter(record, producer, outcome)
             return
         key, value = outcome
-        headers = [(k, v) for k, v in (record.headers or []) if k == "traceparent"]
+        headers = tracing.outgoing_headers(record.headers)  # this span is the answer's parent
         producer.send(self.results_topic, key=key, value=value, headers=headers).get(SEND_TIMEOUT_S)
 
     def answer(self, value: bytes | None) -> tuple[bytes, bytes] | Refused:
@@ -131,6 +139,7 @@ class RequestLoop(Generic[Req]):
             request = self.codec.decode_as(value, self.route.request_type)
         except DecodeError as exc:
             return Refused(exc.reason.value, exc.detail)
+        tracing.annotate(request)
         episode = request.meta.episode_id
         try:
             answer = self.handle(request)
@@ -143,6 +152,7 @@ class RequestLoop(Generic[Req]):
             return Refused("handler_error", f"{type(exc).__name__}: {exc}")
 
     def _dead_letter(self, record: Any, producer: KafkaProducer, refused: Refused) -> None:
+        metrics.dead_letter(refused.reason, self.origin.producer.kind)
         letter = DeadLetter(
             self.origin.record_meta(),
             record.topic,

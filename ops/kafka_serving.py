@@ -16,6 +16,8 @@ from typing import Any
 from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata
 
+from ops.telemetry import metrics
+
 log = logging.getLogger(__name__)
 RETRY_S = 1.0
 
@@ -28,6 +30,7 @@ def poll(consumer: Any, timeout_ms: int, stopping: threading.Event) -> Mapping[A
         log.warning("Kafka unreachable while polling (%s); retrying", exc)
         stopping.wait(RETRY_S)
         return {}
+    metrics.kafka_python_lag(consumer)
     return polled
 
 

@@ -32,10 +32,12 @@ from typing import TYPE_CHECKING
 from actors.scheduler.cli import add_target_arguments, target_from_args
 from ops.console import StackError
 from ops.paths import REPO_ROOT, Paths
+from ops.telemetry import config as telemetry_config
 
 if TYPE_CHECKING:
     from actors.scheduler.status import RunStatus
     from actors.scheduler.worker import SchedulerSettings
+    from ops.telemetry.config import TelemetryConfig
 
 POLICIES = ("scripted", "random")
 WORKER_KINDS = ("streams", "sandbox", "rollout", "verifier")
@@ -63,6 +65,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--validate", action="store_true", help="first run `trialog tasks validate --runs 1` on the tasks"
     )
     start.add_argument("--bootstrap", help="Kafka bootstrap servers (default: the local stack's broker)")
+    # The scheduler's own; spawned workers trace to the same endpoint and serve metrics on the next ports.
+    telemetry_config.add_arguments(start)
     start.set_defaults(handler=_cmd_run_start)
 
     text = "counts of a run's episodes (started, completed, failed by class, in flight) and mean reward"
@@ -86,9 +90,15 @@ def _bootstrap(args: argparse.Namespace) -> str:
 
 
 def worker_commands(
-    run: str, bootstrap: str, policy: str, tasks: Sequence[Path], paths: Paths
+    run: str,
+    bootstrap: str,
+    policy: str,
+    tasks: Sequence[Path],
+    paths: Paths,
+    telemetry: TelemetryConfig | None = None,
 ) -> dict[str, list[str]]:
-    """The command line of each worker kind for `run` (one process each)."""
+    """The command line of each worker kind for `run` (one process each); with `telemetry`, each traces
+    to its endpoint and serves metrics on the n-th port after its port (streams +1, sandbox +2, ...)."""
     base = [sys.executable, "-m", "ops.cli", "worker"]
     common = ["--run", run, "--bootstrap", bootstrap]
     home = paths.component("runs") / (run or "default")
@@ -96,7 +106,7 @@ def worker_commands(
     rollout = ["--policy", policy]
     if policy == "scripted":
         rollout += [arg for folder in tasks for arg in ("--solutions", str(folder))]
-    return {
+    commands = {
         "streams": [*base, "streams", *common, "--data-dir", str(home / "streams-data")],
         "sandbox": [
             *base, "sandbox", *common, "--group", f"{run}.trialog-sandbox",
@@ -108,6 +118,10 @@ def worker_commands(
             *folders, "--objects", str(paths.objects),
         ],
     }  # fmt: skip
+    if telemetry is not None:
+        for offset, argv in enumerate(commands.values(), start=1):
+            argv += telemetry_config.worker_options(telemetry, offset)
+    return commands
 
 
 @dataclass
@@ -164,6 +178,7 @@ def _cmd_run_start(args: argparse.Namespace) -> int:
     from actors.scheduler.worker import SchedulerSettings, run_scheduler
     from actors.tasks.publish import publish_tasks
     from actors.tasks.spec import TaskError, find_tasks
+    from ops.telemetry.setup import start as start_telemetry
     from ops.topics import ensure_topics
 
     run = args.run if args.run is not None else f"run-{uuid.uuid4().hex[:8]}"
@@ -182,16 +197,19 @@ def _cmd_run_start(args: argparse.Namespace) -> int:
     published = publish_tasks(folders, bootstrap, paths, run=run)
     _say(f"run {run}: published {len(published)} tasks ({', '.join(published)}) [{_since(started)}]")
     settings = SchedulerSettings(bootstrap, target)
+    telemetry = start_telemetry(telemetry_config.from_args(args, "trialog-scheduler"))
     if not args.spawn:
         code = run_scheduler(settings)
     else:
         workers = Workers(paths.component("runs") / (run or "default") / "logs")
-        workers.start(worker_commands(run, bootstrap, args.policy, args.tasks, paths))
+        commands = worker_commands(run, bootstrap, args.policy, args.tasks, paths, telemetry.config)
+        workers.start(commands)
         try:
             code = _schedule_beside(workers, settings)
         finally:
             codes = workers.stop()
             _say(f"run {run}: workers stopped {codes} [{_since(started)}]")
+    telemetry.close()
     _say(f"{read_status(bootstrap, run).line()} [{_since(started)}]")
     return code
 

@@ -17,6 +17,7 @@ from typing import Any
 from kafka import KafkaConsumer, KafkaProducer
 
 from ops.kafka_serving import poll, serve_in_order
+from ops.telemetry import metrics, tracing
 from ops.topics import topic_name
 from sandbox_agent.errors import SandboxError
 from sandbox_agent.worker import SandboxWorker
@@ -74,11 +75,19 @@ class SandboxRequestLoop:
             producer.close()
 
     def _serve(self, record: Any, producer: KafkaProducer) -> None:
+        with tracing.consumed_span(
+            "sandbox.exec", record.key, None, headers=record.headers,
+            topic=record.topic, partition=record.partition, offset=record.offset,
+        ):  # fmt: skip
+            self._serve_traced(record, producer)
+
+    def _serve_traced(self, record: Any, producer: KafkaProducer) -> None:
         try:
             request = self.codec.decode_as(record.value, SandboxRequest)
         except DecodeError as exc:
             self._dead_letter(record, producer, exc.reason.value, exc.detail)
             return
+        tracing.annotate(request)
         try:
             answer = self.worker.handle(request)
         except SandboxError as exc:
@@ -86,10 +95,11 @@ class SandboxRequestLoop:
             self._dead_letter(record, producer, "sandbox_error", str(exc))
             return
         key = request.meta.episode_id.encode()
-        headers = [(k, v) for k, v in (record.headers or []) if k == "traceparent"]
+        headers = tracing.outgoing_headers(record.headers)  # this span is the answer's parent
         producer.send(self.results_topic, key=key, value=self.codec.encode(answer), headers=headers).get(60)
 
     def _dead_letter(self, record: Any, producer: KafkaProducer, reason: str, detail: str) -> None:
+        metrics.dead_letter(reason, "sandbox")
         letter = DeadLetter(
             self.origin.record_meta(),
             record.topic,

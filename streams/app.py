@@ -24,6 +24,7 @@ from typing import Any
 
 import faust
 
+from ops.telemetry import metrics, tracing
 from ops.topics import TOPICS, topic_name
 from schemas.sources import Origin
 from streams.tables import TaskCache
@@ -55,7 +56,8 @@ class FaustBus:
         self.app = app
 
     async def send(self, topic: str, key: bytes | None, value: bytes) -> Awaitable[int]:
-        future = await self.app.producer.send(topic, key, value, None, None, None)
+        headers = tracing.outgoing_headers() or None  # the owner's span, as the requests' parent
+        future = await self.app.producer.send(topic, key, value, None, None, headers)
 
         async def offset() -> int:
             metadata = await future
@@ -141,8 +143,17 @@ def build_app(settings: Settings) -> tuple[faust.App, EpisodeWorker]:
         async for event in stream.events():
             message = event.message
             await worker.sync_assignment(assigned())
+            _note_lag(app, message)
+            headers = tuple(_header_items(message.headers))
             await worker.handle(
-                Input(names[message.topic], message.partition, message.offset, message.key, message.value)
+                Input(
+                    names[message.topic],
+                    message.partition,
+                    message.offset,
+                    message.key,
+                    message.value,
+                    headers,
+                )
             )
 
     app.agent(inputs, name="episode-inputs")(inputs_agent)
@@ -167,6 +178,22 @@ def build_app(settings: Settings) -> tuple[faust.App, EpisodeWorker]:
 
     app.task(load_tasks)
     return app, worker
+
+
+def _note_lag(app: faust.App, message: Any) -> None:
+    """Consumer lag of the message's partition: records after it up to the partition's high watermark."""
+    if metrics.metrics().enabled:
+        end = app.consumer.highwater(message.tp)
+        if end is not None:
+            metrics.consumer_lag(message.topic, message.partition, int(end) - message.offset - 1)
+
+
+def _header_items(headers: Any) -> Iterator[tuple[str, bytes]]:
+    """Faust gives a record's headers as a list of pairs or a mapping."""
+    items = headers.items() if isinstance(headers, dict) else headers or ()
+    for key, value in items:
+        if isinstance(key, str) and isinstance(value, bytes):
+            yield key, value
 
 
 FAULT_ENV = "TRIALOG_STREAMS_FAULT"

@@ -57,6 +57,9 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from ops.telemetry import config as telemetry_config
+from ops.telemetry import episodes as telemetry_episodes
+from ops.telemetry import metrics, tracing
 from schemas.chain import digest
 from schemas.codec import DecodeError, default_codec
 from schemas.commands import AbortEpisode, StartEpisode
@@ -120,6 +123,7 @@ class Input:
     offset: int
     key: bytes | None
     value: bytes | None
+    headers: tuple[tuple[str, bytes], ...] = ()  # the record's Kafka headers (traceparent)
 
 
 class EpisodeWorker:
@@ -247,11 +251,16 @@ class EpisodeWorker:
     async def handle(self, record: Input) -> None:
         """One input record; never raises for anything the record contains."""
         async with self.lock:
-            try:
-                await self._handle(record)
-            except Exception as exc:  # an owner or encoding bug must not stop the partition
-                log.exception("input %s[%d]@%d failed", record.topic, record.partition, record.offset)
-                await self._dead_letter(record, "worker_error", f"{type(exc).__name__}: {exc}")
+            topic = self.topic(record.topic)
+            with tracing.consumed_span(
+                f"owner.{record.topic}", record.key, None, headers=record.headers,
+                topic=topic, partition=record.partition, offset=record.offset,
+            ):  # fmt: skip
+                try:
+                    await self._handle(record)
+                except Exception as exc:  # an owner or encoding bug must not stop the partition
+                    log.exception("input %s[%d]@%d failed", record.topic, record.partition, record.offset)
+                    await self._dead_letter(record, "worker_error", f"{type(exc).__name__}: {exc}")
 
     async def _handle(self, record: Input) -> None:
         if record.value is None:
@@ -277,6 +286,7 @@ class EpisodeWorker:
         else:
             await self._dead_letter(record, "unexpected_type", f"{type(value).__name__} on {record.topic}")
             return
+        tracing.annotate(value)
         row = self._row(key, record.partition)
         now = self.clock.now_us()
         if isinstance(value, StartEpisode):
@@ -311,7 +321,8 @@ class EpisodeWorker:
                     effects = owner.on_tick(row.state, origin=self.origin, now_us=now)
                     if effects.requests or effects.events:
                         self._count("timeouts")
-                        await self._carry_out(key, row, effects)
+                        with tracing.span("owner.timeout", key):
+                            await self._carry_out(key, row, effects)
                 except Exception:
                     log.exception("tick of episode %s failed", key)
 
@@ -355,6 +366,7 @@ class EpisodeWorker:
         written = Row(effects.state, row.partition, log_offset)
         self.rows[key] = written.encode()
         self._track(key, written)
+        telemetry_episodes.appended(effects.state.episode, effects.events)
         if effects.events:
             self._count("appended")
 
@@ -367,6 +379,7 @@ class EpisodeWorker:
 
     async def _dead_letter(self, record: Input, reason: str, detail: str) -> None:
         self._count(f"deadletter.{reason}")
+        metrics.dead_letter(reason, "streams")
         letter = DeadLetter(
             RecordMeta(self.origin.ids.new_id(), self.clock.now_us(), self.origin.producer),
             self.topic(record.topic),
@@ -395,9 +408,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--standby-replicas", type=int, default=0, help="standby copies of each table partition (default 0)"
     )
+    telemetry_config.add_arguments(parser)
 
 
 def run_from_args(args: argparse.Namespace) -> int:
+    from ops.telemetry.setup import start_from_args
     from streams.app import Settings, run_worker
 
     bootstrap = args.bootstrap
@@ -411,6 +426,7 @@ def run_from_args(args: argparse.Namespace) -> int:
 
         data_dir = str(Paths.from_env().component("streams") / f"data-{args.instance}")
     settings = Settings(bootstrap, args.run, data_dir, args.instance, args.standby_replicas)
+    start_from_args(args, "trialog-streams")
     return run_worker(settings)
 
 

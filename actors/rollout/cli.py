@@ -18,6 +18,7 @@ from pathlib import Path
 from types import FrameType
 
 from actors.rollout.policy import Policy
+from ops.telemetry import config as telemetry_config
 
 POLICIES = ("scripted", "random")
 
@@ -39,6 +40,7 @@ def register(workers: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         "--group", default="trialog-rollout", help="consumer group (default trialog-rollout)"
     )
     command.add_argument("--instance", default=f"{socket.gethostname()}-{os.getpid()}", help="worker name")
+    telemetry_config.add_arguments(command)
     command.set_defaults(handler=_cmd_worker_rollout)
 
 
@@ -63,6 +65,7 @@ def _cmd_worker_rollout(args: argparse.Namespace) -> int:
     from ops.console import StackError, say
     from ops.paths import Paths
     from ops.stack.stack import StackConfig
+    from ops.telemetry.setup import start_from_args
     from schemas.sources import Origin
 
     try:
@@ -83,6 +86,7 @@ def _cmd_worker_rollout(args: argparse.Namespace) -> int:
     logging.getLogger("kafka").setLevel(logging.WARNING)
     where = f"{loop.requests_topic} on {bootstrap}, group {args.group}"
     say(f"rollout worker {args.instance} ({policy.name}): {where}")
+    start_from_args(args, "trialog-rollout")
     loop.run()
     return 0
 

@@ -22,6 +22,8 @@ from typing import Any
 
 from actors.scheduler.core import SchedulerState, Target, decide, progress
 from actors.scheduler.log import assign_all, decoded, read_to_end
+from ops.telemetry import tracing
+from ops.telemetry.attributes import record_attributes
 from ops.topics import ensure_topics, topic_name
 from schemas.codec import default_codec
 from schemas.commands import StartEpisode
@@ -113,11 +115,13 @@ class SchedulerProcess:
                 self.say(f"scheduler {target.run_id}: no task on {self.topics['tasks']}; publish tasks first")
                 return 1
             for command in decide(self.state, target, self.origin):
-                producer.send(
-                    self.topics["episode.commands"],
-                    key=command.episode_id.encode(),
-                    value=codec.encode(command),
-                ).get(SEND_TIMEOUT_S)
+                with tracing.span("scheduler.start_episode", command.episode_id, record_attributes(command)):
+                    producer.send(
+                        self.topics["episode.commands"],
+                        key=command.episode_id.encode(),
+                        value=codec.encode(command),
+                        headers=tracing.outgoing_headers(),  # the owner's span hangs under this one
+                    ).get(SEND_TIMEOUT_S)
                 self.state.observe_start(command, target.run_id)
                 self.sent += 1
             line = progress(self.state, target)
