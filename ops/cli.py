@@ -11,7 +11,12 @@ from typing import Any
 
 from ops.console import StackError
 
-BENCHMARKS = {"codec": "ops.bench.codec", "sandbox": "ops.bench.sandbox", "pipeline": "ops.bench.pipeline"}
+BENCHMARKS = {
+    "codec": "ops.bench.codec",
+    "sandbox": "ops.bench.sandbox",
+    "pipeline": "ops.bench.pipeline",
+    "tracing": "ops.bench.tracing",
+}
 # Modules that add a command group with `register(subparsers)`; they import heavy modules only when run.
 COMMAND_GROUPS = ("sandbox_agent.cli", "actors.tasks.cli", "learner.cli", "ops.run_cli", "ops.audit_cli")
 # Modules that add a worker process under `trialog worker`, the same way.
