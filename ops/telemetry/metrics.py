@@ -144,6 +144,11 @@ def stage_seconds(stage: str, seconds: float) -> None:
     _installed.record(STAGE_DURATION, seconds, {"stage": stage})
 
 
+def staleness(versions_behind: int) -> None:
+    """The learner's hook: how many policy versions behind a consumed trajectory is."""
+    _installed.record(STALENESS, max(0, versions_behind))
+
+
 def dead_letter(reason: str, source: str) -> None:
     _installed.add(DEADLETTERS, 1, {"reason": reason, "source": source})
 

@@ -12,11 +12,16 @@ Parenting, with no coordination between processes (`ops.telemetry.ids`):
 * the root span "episode" is emitted once, by the episode's owner when the episode ends, with the start and
   end times taken from its events (`episode_span`).
 
-For a consumer written later (the learner):
+For a consumer written later (the learner reads `trajectories.completed`, keyed by task id, so it names
+the episode itself; the record's header names the owner's span that published the trajectory):
 
-    from ops.telemetry import tracing
-    with tracing.consumed_span("learner.consume", episode_id, attributes, headers=record.headers):
-        ...  # the span is current here: `tracing.annotate(trajectory)` adds run, task, step, versions
+    from ops.telemetry import metrics, tracing
+    with tracing.consumed_span(
+        "learner.consume", trajectory.meta.episode_id, {"trialog.learner.version": version},
+        headers=record.headers, topic=record.topic, partition=record.partition, offset=record.offset,
+    ):
+        tracing.annotate(trajectory)  # run, episode, task, task version, step, attempt, policy version
+        metrics.staleness(version - trajectory.meta.policy_version)
 """
 
 from __future__ import annotations

@@ -64,6 +64,7 @@ def test_stage_latency_lag_pool_and_dead_letters_are_exposed(meter: OtelMetrics)
     metrics.consumer_lag("r.policy.requests", 1, 2)
     metrics.consumer_lag("r.policy.requests", 1, 3)  # the latest reading of a partition counts
     metrics.dead_letter("wrong_magic", "rollout")
+    metrics.staleness(2)  # the learner's hook
     meter.gauge(metrics.POOL_SIZE, lambda: [(2, {"state": "ready"})])
     page = render(meter.collect())
     samples = _samples(page)
@@ -75,6 +76,7 @@ def test_stage_latency_lag_pool_and_dead_letters_are_exposed(meter: OtelMetrics)
     assert samples['trialog_consumer_lag{topic="r.policy.requests"}'] == 8
     assert samples['trialog_deadletters_total{reason="wrong_magic",source="rollout"}'] == 1
     assert samples['trialog_sandbox_pool_size{state="ready"}'] == 2
+    assert samples["trialog_staleness_count"] == 1 and samples['trialog_staleness_bucket{le="1"}'] == 0
     assert "# TYPE trialog_stage_duration_seconds histogram" in page
     assert "# TYPE trialog_episodes counter" not in page  # nothing counted yet: no sample, no header
     for line in page.splitlines():  # the exposition grammar: name{labels} value
