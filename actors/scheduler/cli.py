@@ -69,13 +69,12 @@ def _cmd_worker_scheduler(args: argparse.Namespace) -> int:
     from ops.console import StackError
     from ops.paths import Paths
     from ops.stack.stack import StackConfig
+    from ops.telemetry.setup import start_from_args
 
     try:
         target = target_from_args(args)
     except ValueError as exc:
         raise StackError(f"trialog worker scheduler: {exc}", "fix the options") from None
-    from ops.telemetry.setup import start_from_args
-
     bootstrap = args.bootstrap or StackConfig.load(Paths.from_env()).kafka.bootstrap
     start_from_args(args, "trialog-scheduler")
     return run_scheduler(SchedulerSettings(bootstrap, target), args.instance)

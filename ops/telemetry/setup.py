@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import logging
 import threading
 from dataclasses import dataclass, field
 
+from ops.console import say
 from ops.telemetry import config as _config
 from ops.telemetry import metrics, tracing
 from ops.telemetry.config import TelemetryConfig
 from ops.telemetry.prometheus import MetricsServer
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -63,7 +61,7 @@ def start(config: TelemetryConfig) -> Telemetry:
     atexit.register(telemetry.close)
     traced = f"traces to {config.otlp_endpoint}" if config.tracing else "tracing off"
     served = f"metrics on http://127.0.0.1:{server.port}/metrics" if server else "metrics off"
-    log.info("telemetry of %s: %s, %s", config.service, traced, served)
+    say(f"telemetry of {config.service}: {traced}, {served}")  # stderr: every worker's log shows it
     return telemetry
 
 

@@ -134,7 +134,10 @@ def test_one_episode_is_one_trace_across_every_worker(
         return {tag["key"]: tag["value"] for tag in span["tags"]}
 
     # The chain of causes: scheduler -> owner -> worker -> owner, across processes through Kafka headers.
-    first = {span["operationName"]: span for span in sorted(spans, key=lambda s: s["startTime"])}
+    by_start = sorted(spans, key=lambda s: s["startTime"], reverse=True)
+    first = {span["operationName"]: span for span in by_start}  # the earliest of each name
+    calls = [s for s in by_start if s["operationName"] == "policy.call"]
+    assert len(calls) == 2 and parent_name(calls[0]) == "owner.sandbox.results"  # step 1 after step 0
     assert parent_name(first["scheduler.start_episode"]) == "episode"
     assert parent_name(first["owner.episode.commands"]) == "scheduler.start_episode"
     assert parent_name(first["policy.call"]) == "owner.episode.commands"
