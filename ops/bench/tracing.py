@@ -23,7 +23,7 @@ from ops.bench.report import cpu_model, write_section
 from ops.console import say
 from ops.paths import REPO_ROOT
 
-MODES = ("off", "tracing on", "tracing + metrics on")
+MODES = ("off", "tracing on", "tracing + metrics on", "reference: 5 bare SDK spans")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -64,7 +64,7 @@ def _round(mode: str, steps: int) -> float:
         tracer = OtelTracer("bench", BatchSpanProcessor(Discard(), max_queue_size=1 << 17))
     if mode == "tracing + metrics on":
         meter = OtelMetrics("bench")
-    step = _step_hooks()
+    step = _step_hooks() if not mode.startswith("reference") else _bare_spans(tracer)
     previous_tracer, previous_meter = tracing.install(tracer), metrics.install(meter)
     try:
         started = time.perf_counter()
@@ -126,6 +126,21 @@ def _step_hooks() -> Callable[[int], None]:
     return step
 
 
+def _bare_spans(tracer: object) -> Callable[[int], None]:
+    """What the SDK alone costs for as many spans as a step's hooks make (no parenting, no attributes)."""
+    from ops.telemetry.otel import OtelTracer
+
+    assert isinstance(tracer, OtelTracer)
+    sdk = tracer.provider.get_tracer("bench")
+
+    def step(index: int) -> None:
+        for _ in range(5):
+            with sdk.start_as_current_span("bare"):
+                pass
+
+    return step
+
+
 def _render(args: argparse.Namespace, per_mode: dict[str, list[float]]) -> str:
     off = min(per_mode["off"])
     rows = [
@@ -144,7 +159,8 @@ def _render(args: argparse.Namespace, per_mode: dict[str, list[float]]) -> str:
             f"- command: `trialog bench tracing --steps {args.steps} --rounds {args.rounds}`",
             "- what: the telemetry hooks of one step in every process (rollout span, owner span per answer, "
             "`sandbox.exec` + `sandbox.snapshot`, headers, annotations, the owner's metric points); spans "
-            "batched to an exporter that discards them. Best and median of the interleaved rounds.",
+            "batched to an exporter that discards them. Best and median of the interleaved rounds. The "
+            "reference row is the SDK's own cost for the same number of spans (5), for scale.",
             "",
             "| mode | per step, best | per step, median | over off |",
             "| --- | ---: | ---: | ---: |",
