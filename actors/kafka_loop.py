@@ -9,31 +9,33 @@ committed, so a crash redelivers the request and the handler answers it again. H
 the request's key (episode, step, attempt), and the episode's owner drops the second answer as a duplicate.
 A record that cannot be decoded, or that the handler refuses or fails on, goes to `deadletter` with the
 reason: never silently dropped, never a crash of the loop.
+
+Batching (`LoopSettings.max_batch` > 1 with a `handle_batch`): one poll takes up to `max_batch` queued
+requests and `handle_batch` answers them together (the rollout worker's batched generate); then each is
+still sent and committed one by one, in order, exactly as without batching.
+
+Tracing: each request has its span (`policy.call`, `verify`), parented from the request's `traceparent`,
+and its answer names that span. A batched request's span covers sending its answer, not the shared
+generation, which ran before the span (one generation serves several episodes, hence several traces).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
-from kafka import KafkaConsumer, KafkaProducer
-
-from ops.kafka_serving import poll, serve_in_order
-from ops.telemetry import metrics, tracing
+from ops.kafka_serving import SEND_TIMEOUT_S, Consuming, dead_letter, serve_requests, trace_headers
+from ops.telemetry import tracing
 from ops.topics import topic_name
 from schemas.codec import Codec, DecodeError, default_codec
 from schemas.common import EventMeta
-from schemas.deadletter import DeadLetter
 from schemas.record import Record
 from schemas.sources import Origin
 
 log = logging.getLogger(__name__)
-
-DETAIL_LIMIT = 2000
-SEND_TIMEOUT_S = 60.0
 
 
 class Refused(Exception):
@@ -53,6 +55,7 @@ class LoopSettings:
     poll_timeout_ms: int = 500
     # Longer than one request may take to handle, or the group would think this worker dead.
     max_poll_interval_ms: int = 900_000
+    max_batch: int = 1  # requests taken per poll and handed to `handle_batch` together
 
 
 class Request(Record, Protocol):
@@ -63,6 +66,7 @@ class Request(Record, Protocol):
 
 
 Req = TypeVar("Req", bound=Request)
+Outcome = tuple[bytes, bytes] | Refused  # (key, encoded answer), or why the request is dead-lettered
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,9 +88,11 @@ class RequestLoop(Generic[Req]):
         settings: LoopSettings,
         origin: Origin,
         codec: Codec | None = None,
+        handle_batch: Callable[[list[Req]], Sequence[Record | Refused]] | None = None,
     ) -> None:
         self.route = route
         self.handle = handle
+        self.handle_batch = handle_batch
         self.settings = settings
         self.origin = origin
         self.codec = codec or default_codec()
@@ -94,56 +100,99 @@ class RequestLoop(Generic[Req]):
         self.results_topic = topic_name(settings.run, route.results)
         self.deadletter_topic = topic_name(settings.run, "deadletter")
         self.stopping = threading.Event()
+        # A poll's requests (decoded, to annotate their spans) and answers, computed together.
+        self._ahead: dict[tuple[str, int, int], tuple[Req | Refused, Outcome]] = {}
 
     def run(self) -> None:
-        consumer = KafkaConsumer(
+        s = self.settings
+        consuming = Consuming(
+            s.bootstrap,
+            s.group_id,
             self.requests_topic,
-            bootstrap_servers=self.settings.bootstrap,
-            group_id=self.settings.group_id,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            max_poll_records=1,  # one request at a time: a slow one must not hold others back in a batch
-            max_poll_interval_ms=self.settings.max_poll_interval_ms,
+            s.poll_timeout_ms,
+            s.max_poll_interval_ms,
+            # One request at a time unless the handler batches: a slow one must not hold others back.
+            max_poll_records=s.max_batch if self.handle_batch else 1,
         )
-        producer = KafkaProducer(bootstrap_servers=self.settings.bootstrap, acks="all")
-        try:
-            while not self.stopping.is_set():
-                polled = poll(consumer, self.settings.poll_timeout_ms, self.stopping)
-                serve_in_order(consumer, polled, lambda record: self.serve(record, producer), self.stopping)
-        finally:
-            consumer.close()
-            producer.close()
+        serve_requests(consuming, self.serve, self.stopping, prepare=self.answer_ahead)
 
-    def serve(self, record: Any, producer: KafkaProducer) -> None:
-        """Answer one consumed record, or dead-letter it; traced as one span of the record's episode."""
+    def answer_ahead(self, records: Sequence[Any]) -> None:
+        """Answer a poll's records together (batched generation); `serve` then sends each in order."""
+        if self.handle_batch is None or len(records) < 2:
+            self._ahead = {}  # answered one by one by `serve`, each inside its request's span
+            return
+        decoded = [self._decode(record.value) for record in records]
+        answers = self._answer_decoded(decoded)
+        self._ahead = dict(zip(map(_position, records), zip(decoded, answers, strict=True), strict=True))
+
+    def serve(self, record: Any, producer: Any) -> None:
+        """Answer one consumed record (computed ahead when its poll was answered together), or
+        dead-letter it; traced as one span of the record's episode."""
         with tracing.consumed_span(
             tracing.span_name(self.route.requests), record.key, None, headers=record.headers,
             topic=record.topic, partition=record.partition, offset=record.offset,
         ):  # fmt: skip
             self._serve(record, producer)
 
-    def _serve(self, record: Any, producer: KafkaProducer) -> None:
-        outcome = self.answer(record.value)
+    def _serve(self, record: Any, producer: Any) -> None:
+        ahead = self._ahead.pop(_position(record), None)
+        if ahead is None:
+            outcome = self.answer(record.value)
+        else:
+            request, outcome = ahead
+            if not isinstance(request, Refused):
+                tracing.annotate(request)
         if isinstance(outcome, Refused):
-            self._dead_letter(record, producer, outcome)
+            dead_letter(
+                producer,
+                self.deadletter_topic,
+                record,
+                self.origin,
+                self.codec,
+                outcome.reason,
+                outcome.detail,
+            )
             return
         key, value = outcome
-        headers = tracing.outgoing_headers(record.headers)  # this span is the answer's parent
+        headers = trace_headers(record)  # this span is the answer's parent
         producer.send(self.results_topic, key=key, value=value, headers=headers).get(SEND_TIMEOUT_S)
 
-    def answer(self, value: bytes | None) -> tuple[bytes, bytes] | Refused:
+    def answer(self, value: bytes | None) -> Outcome:
         """(key, encoded answer) for a request's bytes, or why it is refused. Never raises."""
+        request = self._decode(value)
+        if isinstance(request, Refused):
+            return request
+        tracing.annotate(request)
+        return self._answer_one(request)
+
+    def answer_all(self, values: list[bytes | None]) -> list[Outcome]:
+        """`answer` for each value, in order; with `handle_batch`, the decodable requests in one call."""
+        return self._answer_decoded([self._decode(value) for value in values])
+
+    def _answer_decoded(self, decoded: list[Req | Refused]) -> list[Outcome]:
+        requests = [d for d in decoded if not isinstance(d, Refused)]
+        if self.handle_batch is None or len(requests) < 2:
+            return [d if isinstance(d, Refused) else self._answer_one(d) for d in decoded]
+        try:
+            answers = iter(self.handle_batch(requests))
+            outcomes = [d if isinstance(d, Refused) else self._encoded(d, next(answers)) for d in decoded]
+        except Exception:  # one request may have broken the batch: answer each alone to find it
+            log.exception("a batch of %d requests failed; answering them one by one", len(requests))
+            return [d if isinstance(d, Refused) else self._answer_one(d) for d in decoded]
+        return outcomes
+
+    def _decode(self, value: bytes | None) -> Req | Refused:
         if value is None:
             return Refused("empty_record", "a record without a value")
         try:
-            request = self.codec.decode_as(value, self.route.request_type)
+            return self.codec.decode_as(value, self.route.request_type)
         except DecodeError as exc:
             return Refused(exc.reason.value, exc.detail)
-        tracing.annotate(request)
+
+    def _answer_one(self, request: Req) -> Outcome:
         episode = request.meta.episode_id
         try:
-            answer = self.handle(request)
-            return episode.encode(), self.codec.encode(answer)
+            return self._encoded(request, self.handle(request))
         except Refused as exc:
             log.warning("refused a request of %s: %s", episode, exc)
             return exc
@@ -151,17 +200,12 @@ class RequestLoop(Generic[Req]):
             log.exception("failed on a request of %s", episode)
             return Refused("handler_error", f"{type(exc).__name__}: {exc}")
 
-    def _dead_letter(self, record: Any, producer: KafkaProducer, refused: Refused) -> None:
-        metrics.dead_letter(refused.reason, self.origin.producer.kind)
-        letter = DeadLetter(
-            self.origin.record_meta(),
-            record.topic,
-            record.partition,
-            record.offset,
-            record.key,
-            record.value,
-            refused.reason,
-            refused.detail[:DETAIL_LIMIT],
-            tuple(record.headers or ()),
-        )
-        producer.send(self.deadletter_topic, value=self.codec.encode(letter)).get(SEND_TIMEOUT_S)
+    def _encoded(self, request: Req, answer: Record | Refused) -> Outcome:
+        if isinstance(answer, Refused):
+            log.warning("refused a request of %s: %s", request.meta.episode_id, answer)
+            return answer
+        return request.meta.episode_id.encode(), self.codec.encode(answer)
+
+
+def _position(record: Any) -> tuple[str, int, int]:
+    return record.topic, record.partition, record.offset

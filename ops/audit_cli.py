@@ -4,8 +4,12 @@ The reading is a thin adapter: one KafkaConsumer without a group (nothing is com
 the audited topics assigned by hand, read from the beginning up to the end offsets taken when the audit
 starts (records appended meanwhile are left for the next audit). Progress goes to stderr.
 
-Exit codes: 0 healthy (no lost episode, duplicate step or broken chain), 1 not healthy, 2 the audit could
-not run (Kafka unreachable, the run's topics missing), with the reason on stderr.
+With `--recheck` it also reads the run's `tasks` topic and grades every completed episode's final snapshot
+again, in fresh sandboxes, with the task's frozen tests from its bundle in the object store (`ops.recheck`).
+
+Exit codes: 0 healthy (no lost episode, duplicate step or broken chain) and, with --recheck, every reward
+confirmed; 1 not healthy, or a reward differs or could not be graded again; 2 the audit could not run (Kafka
+unreachable, the run's topics missing), with the reason on stderr.
 """
 
 from __future__ import annotations
@@ -14,17 +18,22 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable, Iterator
-from typing import Any, TextIO
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, TextIO
 
-from ops.audit import AUDITED_TOPICS, DEFAULT_STALE_AFTER_S, LogRecord, audit
-from ops.topics import topic_name
+from ops.audit import AUDITED_TOPICS, DEFAULT_STALE_AFTER_S, Auditor, LogRecord
+from ops.log_options import add_log_options, bootstrap_of, local_tasks, objects_of
+from ops.runlog import TASKS, LoggedRun, LogReadError, read_topics
+from schemas.codec import default_codec
+
+if TYPE_CHECKING:
+    from ops.recheck import RecheckReport
 
 EXIT_OK, EXIT_UNHEALTHY, EXIT_ERROR = 0, 1, 2
 
 
-class AuditError(Exception):
-    """The audit could not read the run (exit code 2)."""
+AuditError = LogReadError
+"""The audit could not read the run (exit code 2)."""
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -39,9 +48,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     command.add_argument("run", metavar="RUN", help='the run prefix of the topics ("" for the bare names)')
     command.add_argument("--json", action="store_true", help="print one JSON object")
     command.add_argument(
-        "--bootstrap", metavar="HOST:PORT", help="Kafka bootstrap servers (default: the local stack's broker)"
-    )
-    command.add_argument(
         "--stale-after",
         type=float,
         default=DEFAULT_STALE_AFTER_S,
@@ -50,39 +56,57 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         f"(default {DEFAULT_STALE_AFTER_S:g})",
     )
     command.add_argument(
-        "--timeout",
-        type=float,
-        default=60.0,
-        metavar="S",
-        help="give up when no record arrives for S seconds",
+        "--recheck",
+        action="store_true",
+        help="also grade every completed episode's final snapshot again in a fresh sandbox and report "
+        "every recorded reward that differs (exit code 1 when one does or cannot be graded)",
     )
+    add_log_options(command, objects=True, tasks=True)
     command.set_defaults(handler=_cmd_audit)
 
 
-def _default_bootstrap() -> str:
-    from ops.stack.stack import StackConfig
-
-    return StackConfig.load().kafka.bootstrap
-
-
 def _cmd_audit(args: argparse.Namespace) -> int:
-    bootstrap = args.bootstrap or _default_bootstrap()
+    bootstrap = bootstrap_of(args)
     progress = Progress(sys.stderr)
+    logged = LoggedRun()
+    codec = default_codec()
     try:
-        # Streamed: only the episode events' bytes are kept (for the chains), not the requests' histories.
-        records = read_run(bootstrap, args.run, timeout_s=args.timeout, progress=progress.reading)
-        report = audit(records, stale_after_s=args.stale_after)
+        # Streamed: only the episode events' bytes are kept (for the chains), not the requests' histories;
+        # a recheck also keeps the decoded events, trajectories and tasks.
+        records = read_run(
+            bootstrap, args.run, timeout_s=args.timeout, progress=progress.reading,
+            extra=(TASKS,) if args.recheck else (),
+        )  # fmt: skip
+        auditor = Auditor(args.stale_after, codec)
+        for record in records:
+            if args.recheck:
+                logged.add(record, codec)
+            if record.topic != TASKS:
+                auditor.add(record)
+        report = auditor.report()
     except AuditError as exc:
         print(f"trialog audit: {exc}", file=sys.stderr)
         return EXIT_ERROR
     finally:
         progress.done()
+    rechecked = _recheck(args, logged) if args.recheck else None
     if args.json:
-        print(json.dumps({"run": args.run, **report.to_json()}, indent=2))
+        extra = {"recheck": rechecked.to_json()} if rechecked is not None else {}
+        print(json.dumps({"run": args.run, **report.to_json(), **extra}, indent=2))
     else:
         print(f"run {args.run or '(default)'} on {bootstrap}")
         print(report.table())
+        if rechecked is not None:
+            print(rechecked.table())
+    if rechecked is not None and not rechecked.ok:
+        return EXIT_UNHEALTHY
     return report.exit_code
+
+
+def _recheck(args: argparse.Namespace, logged: LoggedRun) -> RecheckReport:
+    from ops.recheck import recheck_in_sandboxes
+
+    return recheck_in_sandboxes(logged, objects_of(args), fallback=local_tasks(args), quiet=args.json)
 
 
 class Progress:
@@ -120,78 +144,12 @@ def read_run(
     *,
     timeout_s: float = 60.0,
     progress: Callable[[int, int], None] | None = None,
+    extra: Sequence[str] = (),
 ) -> Iterator[LogRecord]:
-    """Every record of the run's audited topics, from the beginning to the end offsets at the start, each
-    partition in offset order. Raises `AuditError` when Kafka cannot be reached or a topic is missing."""
-    from kafka import KafkaConsumer, TopicPartition
-    from kafka.errors import KafkaError
-
-    names = {topic_name(run, base): base for base in AUDITED_TOPICS}
-    try:
-        consumer = KafkaConsumer(
-            bootstrap_servers=bootstrap,
-            group_id=None,
-            enable_auto_commit=False,
-            client_id="trialog-audit",
-            request_timeout_ms=30_000,
-            bootstrap_timeout_ms=10_000,
-        )
-    except KafkaError as exc:
-        raise AuditError(f"cannot reach Kafka at {bootstrap}: {exc!r}") from exc
-    try:
-        try:
-            existing = consumer.topics()
-        except KafkaError as exc:
-            raise AuditError(f"cannot list the topics on {bootstrap}: {exc!r}") from exc
-        missing = sorted(name for name in names if name not in existing)
-        if missing:
-            what = (
-                "none of its topics exist" if len(missing) == len(names) else f"missing {', '.join(missing)}"
-            )
-            raise AuditError(f"run {run!r} on {bootstrap}: {what} (is the run name right?)")
-        partitions = [
-            TopicPartition(name, partition)
-            for name in names
-            for partition in sorted(consumer.partitions_for_topic(name) or ())
-        ]
-        consumer.assign(partitions)
-        consumer.seek_to_beginning(*partitions)
-        begin: dict[Any, int] = consumer.beginning_offsets(partitions)
-        end: dict[Any, int] = consumer.end_offsets(partitions)
-        total = sum(end[tp] - begin[tp] for tp in partitions)
-        pending = {tp for tp in partitions if end[tp] > begin[tp]}
-        done = 0
-        if progress is not None:
-            progress(done, total)
-        quiet_since = time.monotonic()
-        while pending:
-            batches = consumer.poll(timeout_ms=500, max_records=5_000)
-            for tp, batch in batches.items():
-                for message in batch:
-                    if message.offset >= end[tp]:
-                        continue  # appended after the audit started
-                    done += 1
-                    yield LogRecord(
-                        names[tp.topic],
-                        tp.partition,
-                        message.offset,
-                        message.key,
-                        message.value,
-                        message.timestamp,
-                    )
-            for tp in list(pending):
-                if consumer.position(tp) >= end[tp]:
-                    pending.discard(tp)
-                    consumer.pause(tp)
-            if batches:
-                quiet_since = time.monotonic()
-            elif time.monotonic() - quiet_since > timeout_s:
-                left = ", ".join(f"{tp.topic}[{tp.partition}]" for tp in sorted(pending))
-                raise AuditError(f"no records for {timeout_s:g} s while reading {left} on {bootstrap}")
-            if progress is not None:
-                progress(done, total)
-    finally:
-        consumer.close()
+    """Every record of the run's audited topics (and of `extra` ones), from the beginning to the end offsets
+    at the start, each partition in offset order. Raises `AuditError` when Kafka cannot be reached or a
+    topic is missing."""
+    return read_topics(bootstrap, run, (*AUDITED_TOPICS, *extra), timeout_s=timeout_s, progress=progress)
 
 
 def main(argv: list[str] | None = None) -> int:

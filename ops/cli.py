@@ -16,9 +16,21 @@ BENCHMARKS = {
     "sandbox": "ops.bench.sandbox",
     "pipeline": "ops.bench.pipeline",
     "tracing": "ops.bench.tracing",
+    "learner": "ops.bench.learner",
+    "learning": "ops.bench.learning",
 }
 # Modules that add a command group with `register(subparsers)`; they import heavy modules only when run.
-COMMAND_GROUPS = ("sandbox_agent.cli", "actors.tasks.cli", "learner.cli", "ops.run_cli", "ops.audit_cli")
+COMMAND_GROUPS = (
+    "sandbox_agent.cli",
+    "actors.tasks.cli",
+    "learner.cli",
+    "ops.run_cli",
+    "ops.audit_cli",
+    "ops.replay_cli",
+    "ops.reproduce_cli",
+    "ops.report.cli",
+    "ops.demo.cli",
+)
 # Modules that add a worker process under `trialog worker`, the same way.
 WORKER_GROUPS = (
     "streams.cli",
@@ -26,6 +38,7 @@ WORKER_GROUPS = (
     "actors.rollout.cli",
     "actors.verifier.cli",
     "actors.scheduler.cli",
+    "learner.worker_cli",
 )
 
 Handler = Callable[[argparse.Namespace], int]

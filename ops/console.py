@@ -36,26 +36,3 @@ def step(title: str) -> Iterator[None]:
         say(f"!! {title}: failed after {time.monotonic() - started:.1f} s")
         raise
     say(f"ok {title} ({time.monotonic() - started:.1f} s)")
-
-
-class Progress:
-    """A one-line progress bar on stderr for long commands: `label [=====>    ] 12/40 note`."""
-
-    def __init__(self, total: int, label: str, width: int = 30) -> None:
-        self.total = max(total, 0)
-        self.done = 0
-        self.label = label
-        self.width = width
-        self._interactive = sys.stderr.isatty()
-
-    def advance(self, note: str = "") -> None:
-        self.done += 1
-        filled = self.width * self.done // self.total if self.total else self.width
-        bar = "=" * max(filled - 1, 0) + (">" if filled else "") + " " * (self.width - filled)
-        line = f"{self.label} [{bar}] {self.done}/{self.total} {note}".rstrip()
-        # On a terminal the bar redraws in place; in a log (CI) each update is its own line.
-        if self._interactive:
-            end = "\n" if self.done >= self.total else ""
-            print(f"\r{line}\033[K", end=end, file=sys.stderr, flush=True)
-        else:
-            print(line, file=sys.stderr, flush=True)

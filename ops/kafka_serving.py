@@ -1,9 +1,14 @@
-"""Serving polled records one by one, committing each after it is answered, surviving a broker restart.
+"""Serving a request topic: wait for Kafka, consume one record at a time, answer it, commit it, survive a
+broker restart. Shared by the stateless workers' loops (rollout, verifier: `actors.kafka_loop`; sandbox:
+`sandbox_agent.kafka_worker`), which differ only in how they answer a record.
 
-Shared by the stateless workers' loops (rollout, verifier, sandbox). When Kafka cannot be reached while a
-record is answered or its offset committed (a broker restart, a network blip), the consumer is rewound to
-that record and the loop waits: the record is served again once Kafka answers. The answer may then go out
-twice, which is harmless: the episode's owner accepts one answer per request key.
+Start-up: `connected` waits for the broker with a growing pause and says so, so a worker started before
+Kafka (or during a broker restart) waits instead of crashing.
+
+Serving: when Kafka cannot be reached while a record is answered or its offset committed (a broker restart,
+a network blip), the consumer is rewound to that record and the loop waits: the record is served again
+once Kafka answers. The answer may then go out twice, which is harmless: the episode's owner accepts one
+answer per request key and ignores the repeat.
 """
 
 from __future__ import annotations
@@ -11,15 +16,133 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata
 
-from ops.telemetry import metrics
+from ops.telemetry import metrics, tracing
+from schemas.codec import Codec
+from schemas.deadletter import DeadLetter
+from schemas.sources import Origin
 
 log = logging.getLogger(__name__)
 RETRY_S = 1.0
+# How often a consumer refreshes its metadata (kafka-python's default is 5 minutes). A group member that
+# joined before a new topic's metadata reached it is assigned no partitions of that topic; the refresh
+# notices the topic and the group rebalances, so a missed assignment heals within seconds.
+METADATA_MAX_AGE_MS = 5_000
+SEND_TIMEOUT_S = 60.0
+DETAIL_LIMIT = 2000
+# Start-up: the first pause between tries, doubled up to the last; each try waits this long for a broker.
+CONNECT_FIRST_WAIT_S = 0.5
+CONNECT_MAX_WAIT_S = 8.0
+CONNECT_TRY_MS = 5_000
+
+
+@dataclass(frozen=True, slots=True)
+class Consuming:
+    """Which topic a worker serves, in which consumer group."""
+
+    bootstrap: str
+    group_id: str
+    topic: str
+    poll_timeout_ms: int = 500
+    # Longer than one request may take to handle, or the group would think this worker dead.
+    max_poll_interval_ms: int = 900_000
+    # A worker killed without leaving the group holds its partitions this long (heartbeats come from a
+    # thread of their own, so a long request does not count). kafka-python's default is 45 s.
+    session_timeout_ms: int = 15_000
+    # More than 1 only for a worker that answers a poll's records together (batched generation).
+    max_poll_records: int = 1
+
+
+def connected(bootstrap: str, stopping: threading.Event, say: Callable[[str], None] | None = None) -> bool:
+    """Wait until a Kafka broker at `bootstrap` answers, saying so (`say`, else the log: a warning while
+    waiting); False when `stopping` is set first."""
+    from kafka import KafkaAdminClient
+
+    pause = CONNECT_FIRST_WAIT_S
+    while not stopping.is_set():
+        try:
+            KafkaAdminClient(
+                bootstrap_servers=bootstrap, client_id="trialog-probe", bootstrap_timeout_ms=CONNECT_TRY_MS
+            ).close()
+        except KafkaError as exc:
+            line = f"waiting for Kafka at {bootstrap} ({type(exc).__name__}); trying again in {pause:.1f} s"
+            (say or log.warning)(line)
+            stopping.wait(pause)
+            pause = min(pause * 2, CONNECT_MAX_WAIT_S)
+            continue
+        (say or log.info)(f"connected to Kafka at {bootstrap}")
+        return True
+    return False
+
+
+def serve_requests(
+    consuming: Consuming,
+    serve: Callable[[Any, Any], None],
+    stopping: threading.Event,
+    say: Callable[[str], None] | None = None,
+    *,
+    prepare: Callable[[Sequence[Any]], None] | None = None,
+) -> None:
+    """Call `serve(record, producer)` for each record of `consuming.topic`, one at a time, committing each
+    after it is served, until `stopping` is set. At least once: a crash before the commit serves it again.
+    `prepare`, when given, first sees all the records of each poll (to answer them together)."""
+    from kafka import KafkaConsumer, KafkaProducer
+
+    if not connected(consuming.bootstrap, stopping, say):
+        return
+    consumer = KafkaConsumer(
+        consuming.topic,
+        bootstrap_servers=consuming.bootstrap,
+        group_id=consuming.group_id,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        max_poll_records=consuming.max_poll_records,
+        max_poll_interval_ms=consuming.max_poll_interval_ms,
+        session_timeout_ms=consuming.session_timeout_ms,
+        heartbeat_interval_ms=consuming.session_timeout_ms // 5,
+        metadata_max_age_ms=METADATA_MAX_AGE_MS,
+    )
+    producer = KafkaProducer(bootstrap_servers=consuming.bootstrap, acks="all")
+    try:
+        while not stopping.is_set():
+            polled = poll(consumer, consuming.poll_timeout_ms, stopping)
+            if prepare is not None and polled:
+                prepare([record for records in polled.values() for record in records])
+            serve_in_order(consumer, polled, lambda record: serve(record, producer), stopping)
+    finally:
+        consumer.close()
+        producer.close()
+
+
+def dead_letter(
+    producer: Any, topic: str, record: Any, origin: Origin, codec: Codec, reason: str, detail: str
+) -> None:
+    """Send `record` to the dead-letter `topic` with why it was not answered; wait for the broker's ack."""
+    metrics.dead_letter(reason, origin.producer.kind)
+    letter = DeadLetter(
+        origin.record_meta(),
+        record.topic,
+        record.partition,
+        record.offset,
+        record.key,
+        record.value,
+        reason,
+        detail[:DETAIL_LIMIT],
+        tuple(record.headers or ()),
+    )
+    producer.send(topic, value=codec.encode(letter)).get(SEND_TIMEOUT_S)
+
+
+def trace_headers(record: Any) -> list[tuple[str, bytes]]:
+    """The headers of an answer to `record`: the trace context. Called inside the span of handling the
+    request, it names that span (the answer's parent); with tracing off, the request's own `traceparent`
+    travels on, so a chain is never cut."""
+    return tracing.outgoing_headers(record.headers)
 
 
 def poll(consumer: Any, timeout_ms: int, stopping: threading.Event) -> Mapping[Any, Sequence[Any]]:

@@ -32,14 +32,15 @@ from typing import TYPE_CHECKING
 from actors.scheduler.cli import add_target_arguments, target_from_args
 from ops.console import StackError
 from ops.paths import REPO_ROOT, Paths
+from ops.progress import ProgressBar
 from ops.telemetry import config as telemetry_config
 
 if TYPE_CHECKING:
     from actors.scheduler.status import RunStatus
-    from actors.scheduler.worker import SchedulerSettings
+    from actors.scheduler.worker import SchedulerProcess, SchedulerSettings
     from ops.telemetry.config import TelemetryConfig
 
-POLICIES = ("scripted", "random")
+POLICIES = ("scripted", "random", "llm")
 WORKER_KINDS = ("streams", "sandbox", "rollout", "verifier")
 STOP_GRACE_S = 30.0
 
@@ -57,6 +58,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     start.add_argument("--episodes", type=int, required=True, help="how many episodes the run has")
     start.add_argument("--policy", choices=POLICIES, required=True, help="the rollout workers' policy plugin")
     start.add_argument("--run", help="the run's topic prefix (default: a new `run-<hex>`)")
+    start.add_argument(
+        "--rollout-arg", action="append", default=[], metavar="ARG",
+        help="an extra argument for the spawned rollout worker, e.g. --rollout-arg=--batch=4 (repeatable)",
+    )  # fmt: skip
     add_target_arguments(start)
     start.add_argument(
         "--spawn", action="store_true", help="also run one worker of each kind as subprocesses"
@@ -95,15 +100,17 @@ def worker_commands(
     policy: str,
     tasks: Sequence[Path],
     paths: Paths,
+    rollout_args: Sequence[str] = (),
     telemetry: TelemetryConfig | None = None,
 ) -> dict[str, list[str]]:
-    """The command line of each worker kind for `run` (one process each); with `telemetry`, each traces
+    """The command line of each worker kind for `run` (one process each); `rollout_args` are more
+    options of the rollout worker (the model, a pinned policy version); with `telemetry`, each traces
     to its endpoint and serves metrics on the n-th port after its port (streams +1, sandbox +2, ...)."""
     base = [sys.executable, "-m", "ops.cli", "worker"]
     common = ["--run", run, "--bootstrap", bootstrap]
     home = paths.component("runs") / (run or "default")
     folders = [arg for folder in tasks for arg in ("--tasks", str(folder))]
-    rollout = ["--policy", policy]
+    rollout = ["--policy", policy, *rollout_args]
     if policy == "scripted":
         rollout += [arg for folder in tasks for arg in ("--solutions", str(folder))]
     commands = {
@@ -161,7 +168,7 @@ class Workers:
         return codes
 
 
-def _validate(tasks: Sequence[Path]) -> None:
+def validate_tasks(tasks: Sequence[Path]) -> None:
     argv = [sys.executable, "-m", "ops.cli", "tasks", "validate", *map(str, tasks), "--runs", "1"]
     _say("validating the tasks (trialog tasks validate --runs 1)")
     if subprocess.run(argv, cwd=REPO_ROOT, check=False).returncode != 0:
@@ -191,7 +198,7 @@ def _cmd_run_start(args: argparse.Namespace) -> int:
     bootstrap = _bootstrap(args)
     started = time.monotonic()
     if args.validate:
-        _validate(args.tasks)
+        validate_tasks(args.tasks)
     created = ensure_topics(bootstrap, run)
     _say(f"run {run}: {len(created)} topics created on {bootstrap}")
     published = publish_tasks(folders, bootstrap, paths, run=run)
@@ -202,7 +209,9 @@ def _cmd_run_start(args: argparse.Namespace) -> int:
         code = run_scheduler(settings)
     else:
         workers = Workers(paths.component("runs") / (run or "default") / "logs")
-        commands = worker_commands(run, bootstrap, args.policy, args.tasks, paths, telemetry.config)
+        commands = worker_commands(
+            run, bootstrap, args.policy, args.tasks, paths, args.rollout_arg, telemetry.config
+        )
         workers.start(commands)
         try:
             code = _schedule_beside(workers, settings)
@@ -223,17 +232,26 @@ def _schedule_beside(workers: Workers, settings: SchedulerSettings) -> int:
     codes: list[int] = []
     thread = threading.Thread(target=lambda: codes.append(process.run()), name="scheduler", daemon=True)
     thread.start()
+    bar = ProgressBar(settings.target.episodes, f"run {settings.target.run_id}: episodes ended").start()
     try:
         while thread.is_alive():
             thread.join(timeout=1.0)
+            _show(bar, process)
             if (dead := workers.dead()) and thread.is_alive():
                 _say(f"run {settings.target.run_id}: workers exited {dead}; stopping (see {workers.logs})")
                 process.stopping.set()
                 thread.join(timeout=30)
                 return 1
     finally:
+        bar.close()
         process.stopping.set()
     return codes[0] if codes else 1
+
+
+def _show(bar: ProgressBar, process: SchedulerProcess) -> None:
+    # Read from another thread: dict sizes only (an episode is counted once, completed or failed).
+    completed, failed = len(process.state.completed), len(process.state.failed)
+    bar.update(completed + failed, f"completed {completed}, failed {failed}")
 
 
 def _since(started: float) -> str:

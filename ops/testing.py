@@ -29,7 +29,37 @@ os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 
 from testcontainers.core.container import DockerContainer
 
-CONTAINER_LABEL = "dev.trialog.test"
+# Every container a test starts carries `owned_labels(role)`: its role, and the test process that owns it.
+# A test session removes leftovers at its start and end, but only its own and those whose owner is gone:
+# sessions sharing one engine (several checkouts) must never remove each other's running containers (a
+# broker or a sandbox vanishing under a test fails it for no reason of its own).
+CONTAINER_LABEL = "dev.trialog.tests"
+OWNER_LABEL = "dev.trialog.tests.owner"
+# Before owners were recorded: containers with this label are removed only once they no longer run.
+LEGACY_LABEL = "dev.trialog.test"
+
+
+def owned_labels(role: str) -> dict[str, str]:
+    return {CONTAINER_LABEL: role, OWNER_LABEL: str(os.getpid())}
+
+
+def owner_alive(labels: dict[str, str]) -> bool:
+    """Whether the test process named by a container's `OWNER_LABEL` still runs (False without one)."""
+    owner = labels.get(OWNER_LABEL, "")
+    if not owner.isdigit():
+        return False
+    try:
+        os.kill(int(owner), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def leftover(labels: dict[str, str]) -> bool:
+    """A test container to remove: this process's own, or one whose owner is gone."""
+    return labels.get(OWNER_LABEL) == str(os.getpid()) or not owner_alive(labels)
 
 
 def use_stack_engine(paths: Paths) -> docker_engine.Engine:
@@ -56,7 +86,7 @@ class KafkaContainer(DockerContainer):
         )
         (self._config_dir / "log4j2.properties").write_text(kafka.LOG4J_CONFIG.read_text())
         runtime = java_home()
-        self.with_kwargs(network_mode="host", labels={CONTAINER_LABEL: "kafka"})
+        self.with_kwargs(network_mode="host", labels=owned_labels("kafka"))
         self.with_env("JAVA_HOME", str(runtime))
         self.with_env("KAFKA_CLUSTER_ID", _kraft_cluster_id())
         self.with_volume_mapping(str(kafka.libs(paths)), "/opt/kafka/libs", "ro")
@@ -70,7 +100,8 @@ class KafkaContainer(DockerContainer):
 
     def start(self) -> KafkaContainer:
         super().start()
-        if not process.wait_until(lambda: kafka.metadata_error(self.bootstrap) is None, timeout_s=90):
+        # Usually ~10 s; a loaded 2-core machine has been seen to need more than 90 s.
+        if not process.wait_until(lambda: kafka.metadata_error(self.bootstrap) is None, timeout_s=300):
             logs = self.get_wrapped_container().logs(tail=30).decode(errors="replace")
             self.stop()
             raise StackError(f"Kafka in a container did not answer on {self.bootstrap}:\n{logs}")
@@ -79,6 +110,19 @@ class KafkaContainer(DockerContainer):
     def kill(self) -> None:
         """SIGKILL the broker: a crash, not a shutdown."""
         self.get_wrapped_container().kill()
+
+    def halt(self, timeout_s: int = 60) -> None:
+        """Stop the broker (`docker stop`: SIGTERM, then SIGKILL after `timeout_s`); the container, its data
+        and its ports are kept for `resume`."""
+        self.get_wrapped_container().stop(timeout=timeout_s)
+
+    def resume(self, timeout_s: float = 180) -> None:
+        """Start the stopped broker again on the same ports and data; returns once it answers."""
+        container = self.get_wrapped_container()
+        container.start()
+        if not process.wait_until(lambda: kafka.metadata_error(self.bootstrap) is None, timeout_s=timeout_s):
+            logs = container.logs(tail=30).decode(errors="replace")
+            raise StackError(f"Kafka restarted in a container did not answer on {self.bootstrap}:\n{logs}")
 
     def stop(self, force: bool = True, delete_volume: bool = True) -> None:
         super().stop(force=force, delete_volume=delete_volume)

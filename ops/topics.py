@@ -39,8 +39,16 @@ def topic_name(run: str, base: str) -> str:
     return f"{run}.{base}" if run else base
 
 
-def ensure_topics(bootstrap: str, run: str = "", replication: int = 1) -> list[str]:
-    """Create the missing topics of `run`; returns the names it created."""
+# A topic is usable once every partition has a leader in the broker's metadata; until then a consumer that
+# subscribes by name is given no partitions (and kafka-python looks again only at its next metadata refresh).
+READY_TIMEOUT_S = 60.0
+
+
+def ensure_topics(
+    bootstrap: str, run: str = "", replication: int = 1, ready_timeout_s: float = READY_TIMEOUT_S
+) -> list[str]:
+    """Create the missing topics of `run` and wait until all of them have a leader for every partition;
+    returns the names it created. Raises `KafkaTimeoutError` when they are not ready by `ready_timeout_s`."""
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
     from kafka.errors import TopicAlreadyExistsError
@@ -57,6 +65,13 @@ def ensure_topics(bootstrap: str, run: str = "", replication: int = 1) -> list[s
         if wanted:
             with contextlib.suppress(TopicAlreadyExistsError):
                 admin.create_topics(wanted)
+        # All of the run's topics, not only the new ones: another process may have just created the rest.
+        admin.wait_for_topics(run_topics(run), timeout_ms=int(ready_timeout_s * 1000))
         return [topic.name for topic in wanted]
     finally:
         admin.close()
+
+
+def run_topics(run: str) -> list[str]:
+    """The names of all of `run`'s topics."""
+    return [topic_name(run, spec.name) for spec in TOPICS]

@@ -1,10 +1,12 @@
 """`trialog worker sandbox`'s loop: consume `sandbox.requests`, answer on `sandbox.results`.
 
 A consumer group (scale by running more workers): each partition, hence each episode, is served by one
-worker at a time. At least once: the answer is produced and acknowledged before the request's offset is
-committed; a request redelivered after a crash is answered from the recorded result on the same host, or
-re-run from the episode's last snapshot on another (at most the step in flight is redone). A request that
-cannot be decoded or executed goes to `deadletter` with the reason, never silently dropped.
+worker at a time. At least once (`ops.kafka_serving.serve_requests`): the answer is produced and
+acknowledged before the request's offset is committed; a request redelivered after a crash is answered from
+the recorded result on the same host, or re-run from the episode's last snapshot on another (at most the
+step in flight is redone). The answer is a `StepExecuted`, or an `EpisodeFailed` for a step that cannot be
+done (`SandboxWorker.handle`). A request that cannot be decoded, or that the worker fails on (a bug), goes
+to `deadletter` with the reason, never silently dropped.
 """
 
 from __future__ import annotations
@@ -14,15 +16,11 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from kafka import KafkaConsumer, KafkaProducer
-
-from ops.kafka_serving import poll, serve_in_order
-from ops.telemetry import metrics, tracing
+from ops.kafka_serving import SEND_TIMEOUT_S, Consuming, dead_letter, serve_requests, trace_headers
+from ops.telemetry import tracing
 from ops.topics import topic_name
-from sandbox_agent.errors import SandboxError
 from sandbox_agent.worker import SandboxWorker
 from schemas.codec import Codec, DecodeError, default_codec
-from schemas.deadletter import DeadLetter
 from schemas.requests import SandboxRequest
 from schemas.sources import Origin
 
@@ -56,32 +54,20 @@ class SandboxRequestLoop:
 
     def run(self) -> None:
         """Serve until `stopping` is set."""
-        consumer = KafkaConsumer(
-            self.requests_topic,
-            bootstrap_servers=self.settings.bootstrap,
-            group_id=self.settings.group_id,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            max_poll_records=1,  # one step at a time: a long step must not hold others back in a batch
-            max_poll_interval_ms=self.settings.max_poll_interval_ms,
+        s = self.settings
+        consuming = Consuming(
+            s.bootstrap, s.group_id, self.requests_topic, s.poll_timeout_ms, s.max_poll_interval_ms
         )
-        producer = KafkaProducer(bootstrap_servers=self.settings.bootstrap, acks="all")
-        try:
-            while not self.stopping.is_set():
-                polled = poll(consumer, self.settings.poll_timeout_ms, self.stopping)
-                serve_in_order(consumer, polled, lambda record: self._serve(record, producer), self.stopping)
-        finally:
-            consumer.close()
-            producer.close()
+        serve_requests(consuming, self._serve, self.stopping)
 
-    def _serve(self, record: Any, producer: KafkaProducer) -> None:
+    def _serve(self, record: Any, producer: Any) -> None:
         with tracing.consumed_span(
             "sandbox.exec", record.key, None, headers=record.headers,
             topic=record.topic, partition=record.partition, offset=record.offset,
         ):  # fmt: skip
             self._serve_traced(record, producer)
 
-    def _serve_traced(self, record: Any, producer: KafkaProducer) -> None:
+    def _serve_traced(self, record: Any, producer: Any) -> None:
         try:
             request = self.codec.decode_as(record.value, SandboxRequest)
         except DecodeError as exc:
@@ -90,25 +76,14 @@ class SandboxRequestLoop:
         tracing.annotate(request)
         try:
             answer = self.worker.handle(request)
-        except SandboxError as exc:
-            log.error("request for %s step %d failed: %s", request.meta.episode_id, request.meta.step, exc)
-            self._dead_letter(record, producer, "sandbox_error", str(exc))
+        except Exception as exc:  # a bug or a broken dependency: keep the record, keep serving
+            log.exception("request for %s step %d failed", request.meta.episode_id, request.meta.step)
+            self._dead_letter(record, producer, "handler_error", f"{type(exc).__name__}: {exc}")
             return
         key = request.meta.episode_id.encode()
-        headers = tracing.outgoing_headers(record.headers)  # this span is the answer's parent
-        producer.send(self.results_topic, key=key, value=self.codec.encode(answer), headers=headers).get(60)
+        value = self.codec.encode(answer)
+        headers = trace_headers(record)  # this span is the answer's parent
+        producer.send(self.results_topic, key=key, value=value, headers=headers).get(SEND_TIMEOUT_S)
 
-    def _dead_letter(self, record: Any, producer: KafkaProducer, reason: str, detail: str) -> None:
-        metrics.dead_letter(reason, "sandbox")
-        letter = DeadLetter(
-            self.origin.record_meta(),
-            record.topic,
-            record.partition,
-            record.offset,
-            record.key,
-            record.value,
-            reason,
-            detail[:2000],
-            tuple(record.headers or ()),
-        )
-        producer.send(self.deadletter_topic, value=self.codec.encode(letter)).get(60)
+    def _dead_letter(self, record: Any, producer: Any, reason: str, detail: str) -> None:
+        dead_letter(producer, self.deadletter_topic, record, self.origin, self.codec, reason, detail)

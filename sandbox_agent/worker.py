@@ -1,10 +1,18 @@
-"""The sandbox worker's logic: answer a `SandboxRequest` with a `StepExecuted`, once per key.
+"""The sandbox worker's logic: answer a `SandboxRequest` with a `StepExecuted`, once per key, or with an
+`EpisodeFailed` when the step cannot be done.
 
 The worker keeps one sandbox per episode it serves. A request whose restore point is not what this
 worker's sandbox holds (a new episode, an episode another worker advanced, a crashed sandbox) gets a fresh
 sandbox from the warm pool with the episode's last snapshot restored: that is how an episode continues on
 any worker after a crash. Each step runs through the idempotent executor (exec, then snapshot), so a
 redelivered request is answered from the recorded result. The Kafka loop is in `kafka_worker`.
+
+Failure answers (the owner decides what follows, `streams.owner.on_sandbox_failed`):
+* `invalid_action`: a write outside the workspace (refused before it runs) or a patch that does not apply;
+* `sandbox_crash`: the sandbox was lost under the step (killed, out of memory, the engine failed). The
+  worker does not redo the step itself: the owner re-issues it as the next attempt, which restores the
+  last snapshot into a new sandbox, so every redo is a request on the log with its own key. A crash is
+  remembered per key, so a redelivered request gets the same answer instead of a second run.
 """
 
 from __future__ import annotations
@@ -15,23 +23,26 @@ import threading
 from collections import OrderedDict
 
 from ops.telemetry import tracing
-from sandbox_agent.actions import invocation_for
+from sandbox_agent.actions import InvalidAction, invalid_outcome, invocation_for
 from sandbox_agent.backend import Sandbox, SandboxBackend
-from sandbox_agent.errors import SandboxGone
+from sandbox_agent.errors import SandboxError
 from sandbox_agent.idempotent import ExecKey, IdempotentExecutor, ResultStore
 from sandbox_agent.limits import ExecLimits, Quotas, SandboxSpec
 from sandbox_agent.manifest import SnapshotId
 from sandbox_agent.pool import WarmPools
 from sandbox_agent.results import StepResult
 from schemas.blobs import ObjectStore
-from schemas.common import Output
-from schemas.events import StepExecuted
+from schemas.common import FailureClass, Output
+from schemas.events import EpisodeFailed, StepExecuted
 from schemas.requests import SandboxRequest
 from schemas.sources import Origin
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_EPISODES = 8
+REMEMBERED_CRASHES = 1024
+REASON_LIMIT = 2000
+Answer = StepExecuted | EpisodeFailed
 
 
 @dataclasses.dataclass
@@ -105,11 +116,30 @@ class SandboxWorker:
         self.executor = IdempotentExecutor(backend, results)
         self.objects = objects
         self.origin = origin
+        self.crashes: OrderedDict[ExecKey, str] = OrderedDict()  # key -> why, for redelivered requests
 
-    def handle(self, request: SandboxRequest) -> StepExecuted:
+    def handle(self, request: SandboxRequest) -> Answer:
         meta = request.meta
         key = ExecKey(meta.episode_id, meta.step, meta.attempt)
-        step = self.executor.results.get(key) or self._execute(request, key)
+        crash = self.crashes.get(key)
+        if crash is not None:
+            return episode_failed(self.origin, request, FailureClass.SANDBOX_CRASH, crash)
+        try:
+            step = self.executor.results.get(key) or self._execute(request, key)
+        except InvalidAction as exc:
+            return episode_failed(self.origin, request, FailureClass.INVALID_ACTION, str(exc))
+        except SandboxError as exc:
+            log.warning(
+                "sandbox of %s lost at step %d attempt %d: %s", meta.episode_id, meta.step, meta.attempt, exc
+            )
+            self.crashes[key] = f"sandbox lost: {exc}"
+            while len(self.crashes) > REMEMBERED_CRASHES:
+                self.crashes.popitem(last=False)
+            return episode_failed(self.origin, request, FailureClass.SANDBOX_CRASH, self.crashes[key])
+        result = step.result
+        invalid = invalid_outcome(request.action, result.exit_code, result.timed_out, result.stderr)
+        if invalid is not None:
+            return episode_failed(self.origin, request, FailureClass.INVALID_ACTION, invalid)
         return step_executed(self.origin, request, step)
 
     def _execute(self, request: SandboxRequest, key: ExecKey) -> StepResult:
@@ -117,20 +147,14 @@ class SandboxWorker:
         spec = SandboxSpec(request.image, Quotas.from_resource_limits(request.limits))
         invocation = invocation_for(request.action, self.objects)
         limits = ExecLimits(request.timeout_s, request.output_limit_bytes)
-        for lost in (False, True):
+        try:
             sandbox = self.sandboxes.for_step(meta.episode_id, spec, meta.snapshot_id)
-            try:
-                step = self.executor.run(sandbox, key, invocation.argv, limits=limits, stdin=invocation.stdin)
-            except SandboxGone:
-                # Lost mid-step: restore the last snapshot into a new sandbox and redo this one step, once.
-                self.sandboxes.drop(meta.episode_id)
-                if lost:
-                    raise
-                log.warning("sandbox of %s lost at step %d; restoring it", meta.episode_id, meta.step)
-                continue
-            self.sandboxes.advanced(meta.episode_id, step.snapshot_id)
-            return step
-        raise AssertionError("unreachable")
+            step = self.executor.run(sandbox, key, invocation.argv, limits=limits, stdin=invocation.stdin)
+        except SandboxError:
+            self.sandboxes.drop(meta.episode_id)  # the next attempt restores the snapshot into a new one
+            raise
+        self.sandboxes.advanced(meta.episode_id, step.snapshot_id)
+        return step
 
     def close(self) -> None:
         self.sandboxes.close()
@@ -149,3 +173,10 @@ def step_executed(origin: Origin, request: SandboxRequest, step: StepResult) -> 
         duration_us=round(result.duration_s * 1_000_000),
         oom_killed=result.oom_killed,
     )
+
+
+def episode_failed(
+    origin: Origin, request: SandboxRequest, failure: FailureClass, reason: str
+) -> EpisodeFailed:
+    """The failure answer to `request`: its header echoed (episode, step, attempt, chain head)."""
+    return EpisodeFailed(origin.reply_meta(request.meta), failure, reason[:REASON_LIMIT])

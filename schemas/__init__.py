@@ -5,7 +5,7 @@ episode state is a fold of episode events (`fold`). Kafka and Faust adapters liv
 `faust_codec` and are imported on demand.
 """
 
-from schemas.actions import Action, ApplyPatch, RunCommand, SandboxAction, Submit, WriteFile
+from schemas.actions import Action, ApplyPatch, InvalidReply, RunCommand, SandboxAction, Submit, WriteFile
 from schemas.blobs import (
     BlobRef,
     LocalObjectStore,
@@ -75,6 +75,7 @@ __all__ = [
     "FixedClock",
     "FoldError",
     "IdSource",
+    "InvalidReply",
     "LocalObjectStore",
     "MemoryObjectStore",
     "ObjectStore",

@@ -71,13 +71,41 @@ class Submit:
         return cls(rec["message"])
 
 
+INVALID_REPLY_CHARS = 1000  # the raw reply kept in an InvalidReply; the whole reply is in the response
+
+
+@dataclass(frozen=True, slots=True)
+class InvalidReply:
+    """A reply that is no valid tool call: recorded as a step (its observation is `error`), never executed."""
+
+    SCHEMA: ClassVar[str] = "trialog.action.InvalidReply"
+
+    error: str  # worded for the model
+    reply: str  # the start of the raw reply
+    reply_truncated: bool = False
+
+    @classmethod
+    def of(cls, error: str, reply: str, limit: int = INVALID_REPLY_CHARS) -> InvalidReply:
+        """The error with the reply bounded to `limit` characters."""
+        return cls(error, reply[:limit], len(reply) > limit)
+
+    def to_record(self) -> AvroDict:
+        return {"error": self.error, "reply": self.reply, "reply_truncated": self.reply_truncated}
+
+    @classmethod
+    def from_record(cls, rec: Mapping[str, Any]) -> InvalidReply:
+        return cls(rec["error"], rec["reply"], rec["reply_truncated"])
+
+
 SandboxAction = RunCommand | WriteFile | ApplyPatch
 """What a sandbox executes."""
 
-Action = RunCommand | WriteFile | ApplyPatch | Submit
-"""What a policy proposes."""
+Action = RunCommand | WriteFile | ApplyPatch | Submit | InvalidReply
+"""What a policy proposes (an InvalidReply: what it replied when that was no tool call)."""
 
-_ACTION_TYPES: dict[str, type[Action]] = {t.SCHEMA: t for t in (RunCommand, WriteFile, ApplyPatch, Submit)}
+_ACTION_TYPES: dict[str, type[Action]] = {
+    t.SCHEMA: t for t in (RunCommand, WriteFile, ApplyPatch, Submit, InvalidReply)
+}
 
 
 def action_from_union(value: Any) -> Action:
@@ -89,6 +117,6 @@ def action_from_union(value: Any) -> Action:
 
 def sandbox_action_from_union(value: Any) -> SandboxAction:
     action = action_from_union(value)
-    if isinstance(action, Submit):
-        raise ValueError("submit() is not executed by a sandbox")
+    if isinstance(action, Submit | InvalidReply):
+        raise ValueError(f"{type(action).__name__} is not executed by a sandbox")
     return action

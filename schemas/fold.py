@@ -4,7 +4,10 @@ The one place where the order of an episode is enforced and where duplicates are
 
 * Steps are gapless. Each event fills the next *slot* of the episode: EpisodeStarted, then per step
   ActionProposed and (unless the action is submit) StepExecuted, then RewardAssigned and EpisodeCompleted;
-  EpisodeFailed may fill the next slot at any point before the end.
+  EpisodeFailed may fill the next slot at any point before the end. An InvalidReply action (a reply that
+  was no tool call) is a step like any other: its StepExecuted is the owner's, not a sandbox's.
+* Truncation: the StepExecuted of step `config.max_steps - 1` ends the acting. The workspace is graded as
+  it is (phase awaiting_verification, as after a submit), so RewardAssigned follows without a Submit.
 * An event for a slot already filled is a duplicate when it has the same event id, or the same
   step and attempt (same episode and kind by construction of the slot); it is ignored and the state is
   returned unchanged, so at-least-once delivery is harmless. A *different* event for a filled slot is a
@@ -168,9 +171,10 @@ def _on_executed(state: EpisodeState, event: StepExecuted, digest: str) -> Episo
     if action is None:  # only a hand-made snapshot can be awaiting execution of nothing
         raise OutOfOrder(f"{_describe(event)}: no action is pending")
     meta = event.meta
+    truncated = state.started is not None and state.step + 1 >= state.started.config.max_steps
     return EpisodeState(
         state.episode_id,
-        Phase.AWAITING_ACTION,
+        Phase.AWAITING_VERIFICATION if truncated else Phase.AWAITING_ACTION,
         state.step + 1,
         meta.attempt,
         meta.snapshot_id,
@@ -185,7 +189,11 @@ def _on_executed(state: EpisodeState, event: StepExecuted, digest: str) -> Episo
 def _on_reward(state: EpisodeState, event: RewardAssigned, digest: str) -> EpisodeState:
     if state.reward is not None:
         return _duplicate_or_conflict(state, state.reward, event)
-    _expect_next(state, event, Phase.AWAITING_VERIFICATION)
+    if state.phase is Phase.AWAITING_ACTION and _at_step_limit(state):
+        # A snapshot written before truncation was graded still says awaiting_action at the limit.
+        _expect_next(state, event, Phase.AWAITING_ACTION)
+    else:
+        _expect_next(state, event, Phase.AWAITING_VERIFICATION)
     meta = event.meta
     return EpisodeState(
         state.episode_id,
@@ -201,6 +209,10 @@ def _on_reward(state: EpisodeState, event: RewardAssigned, digest: str) -> Episo
         state.pending_action,
         event,
     )
+
+
+def _at_step_limit(state: EpisodeState) -> bool:
+    return state.started is not None and state.step >= state.started.config.max_steps
 
 
 def _ended(

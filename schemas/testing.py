@@ -135,10 +135,12 @@ class EpisodeScript:
         attempt: int = 1,
         output_limit: int = 256,
         snapshot_id: str | None = None,
+        kind: str = "sandbox",
     ) -> StepExecuted:
+        """The step's result; `kind="streams"` for the owner's answer to an InvalidReply."""
         snapshot = snapshot_id or f"snap-{self.episode_id}-{self.step}-{attempt}"
         event = StepExecuted(
-            self.meta("sandbox", attempt, snapshot),
+            self.meta(kind, attempt, snapshot),
             exit_code,
             Output.capture(stdout, output_limit),
             Output.capture(stderr, output_limit),

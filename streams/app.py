@@ -2,13 +2,19 @@
 
 * one agent consumes `episode.commands`, `policy.results`, `sandbox.results` and `verify.results`
   (co-partitioned: keyed by episode id, same partition count) as raw bytes, so that undecodable records
-  reach the worker and are dead-lettered instead of failing inside Faust;
+  reach the worker and are dead-lettered instead of failing inside Faust. It acknowledges nothing itself
+  (`noack`): it queues events, and one task takes everything queued (up to `BATCH_MAX`) as a batch for
+  `EpisodeWorker.handle_batch`, and acknowledges the batch's events only after its rows were written;
 * the `episodes` table (`rocksdb://`, rocksdict driver, small block cache, compacted changelog declared by
-  Faust, standby replicas configurable) holds each episode's row (`streams.tables.Row`); it uses the key
-  partitioner, which sends a row to the partition of its episode id, the partition of the inputs (so the
-  timer may write rows too);
+  Faust, standby replicas configurable) holds each episode's row (`streams.tables.Row`). Rows are written
+  to an explicit partition (`FaustRows.put`: the RocksDB database of that partition and the changelog
+  partition of the same number), the partition of the episode's inputs: Faust's own `table[key] = row`
+  takes the partition from the current stream event and refuses to write outside one, i.e. from a timer;
 * a timer ticks the episodes every `TICK_S` and first recovers partitions newly assigned (`streams.worker`);
 * the tasks come from the compacted `tasks` topic (`streams.tables.TaskCache`);
+* short consumer-group timeouts (`SESSION_TIMEOUT_S` and friends) so that a killed worker's partitions move
+  to a survivor within seconds;
+* `tune_fetcher` removes aiokafka's prefetch backoff (see there);
 * at-least-once processing (exactly-once has open bugs in faust-streaming: FIELD-NOTES).
 """
 
@@ -24,16 +30,22 @@ from typing import Any
 
 import faust
 
-from ops.telemetry import metrics, tracing
+from ops.telemetry import metrics
 from ops.topics import TOPICS, topic_name
 from schemas.sources import Origin
 from streams.tables import TaskCache
-from streams.worker import COMMANDS, EVENTS, INPUTS, EpisodeWorker, Input
+from streams.worker import COMMANDS, EVENTS, INPUTS, EpisodeWorker, Headers, Input
 
 log = logging.getLogger(__name__)
 
 TICK_S = 0.5
-SESSION_TIMEOUT_S = 10.0  # a killed worker's partitions move after this long (Faust's default: 60 s)
+BATCH_MAX = 500  # inputs decided, sent and acknowledged together
+QUEUE_MAX = 2 * BATCH_MAX  # events taken from Faust but not yet in a batch (then the agent waits)
+# A killed worker is noticed when its session expires (Faust's default: 60 s); heartbeats every third of it.
+SESSION_TIMEOUT_S = 6.0
+HEARTBEAT_S = 2.0
+# How long the group waits for members to rejoin, and a broker request may take (>= the session: aiokafka).
+REQUEST_TIMEOUT_S = 10.0
 BLOCK_CACHE_BYTES = 8 * 1024 * 1024  # per table partition (Faust's default is 2 GiB each)
 PARTITIONS = {spec.name: spec.partitions for spec in TOPICS}
 
@@ -55,9 +67,11 @@ class FaustBus:
     def __init__(self, app: faust.App) -> None:
         self.app = app
 
-    async def send(self, topic: str, key: bytes | None, value: bytes) -> Awaitable[int]:
-        headers = tracing.outgoing_headers() or None  # the owner's span, as the requests' parent
-        future = await self.app.producer.send(topic, key, value, None, None, headers)
+    async def send(
+        self, topic: str, key: bytes | None, value: bytes, headers: Headers = ()
+    ) -> Awaitable[int]:
+        # `headers`: the traceparent of the input's span that decided the record (taken when decided).
+        future = await self.app.producer.send(topic, key, value, None, None, list(headers) or None)
 
         async def offset() -> int:
             metadata = await future
@@ -111,7 +125,9 @@ def build_app(settings: Settings) -> tuple[faust.App, EpisodeWorker]:
         value_serializer="raw",
         broker_commit_interval=1.0,
         broker_session_timeout=SESSION_TIMEOUT_S,
-        broker_heartbeat_interval=SESSION_TIMEOUT_S / 4,
+        broker_heartbeat_interval=HEARTBEAT_S,
+        broker_rebalance_timeout=REQUEST_TIMEOUT_S,
+        broker_request_timeout=REQUEST_TIMEOUT_S,
     )
     table = app.Table(
         "episodes",
@@ -121,7 +137,7 @@ def build_app(settings: Settings) -> tuple[faust.App, EpisodeWorker]:
         use_partitioner=True,
         options={"driver": "rocksdict", "block_cache_size": BLOCK_CACHE_BYTES},
     )
-    rows = _StrKeys(table)
+    rows = FaustRows(table)
     tasks = TaskCache(settings.bootstrap, topic_name(run, "tasks"))
     worker = EpisodeWorker(
         rows=rows,
@@ -139,28 +155,40 @@ def build_app(settings: Settings) -> tuple[faust.App, EpisodeWorker]:
     def assigned() -> set[int]:
         return {tp.partition for tp in app.assignor.assigned_actives() if tp.topic == commands}
 
+    queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=QUEUE_MAX)
+
     async def inputs_agent(stream: Any) -> None:
-        async for event in stream.events():
-            message = event.message
-            await worker.sync_assignment(assigned())
-            _note_lag(app, message)
-            headers = tuple(_header_items(message.headers))
-            await worker.handle(
-                Input(
-                    names[message.topic],
-                    message.partition,
-                    message.offset,
-                    message.key,
-                    message.value,
-                    headers,
-                )
-            )
+        async for event in stream.noack().events():
+            _note_lag(app, event.message)
+            await queue.put(event)
 
     app.agent(inputs, name="episode-inputs")(inputs_agent)
 
-    async def tick() -> None:
+    def settled() -> bool:
+        """No rebalance going on and the table recovered from its changelog: rows may be read."""
         recovery: Any = getattr(app.tables, "recovery", None)
-        if app.rebalancing or recovery is None or not recovery.completed.is_set():
+        return not app.rebalancing and recovery is not None and recovery.completed.is_set()
+
+    async def process_batches() -> None:
+        while True:
+            events = await next_batch(queue, BATCH_MAX)
+            try:
+                partitions = assigned()  # recover new partitions only once their rows are restored
+                await worker.sync_assignment(partitions if settled() else partitions & worker.ready)
+                handled = await worker.handle_batch([_input(names, event.message) for event in events])
+            except Exception as exc:  # a batch that keeps failing: stop, a restart recovers from the log
+                log.exception("a batch failed for good; stopping the worker")
+                await app.crash(exc)
+                return
+            for event, done in zip(events, handled, strict=True):
+                if done:  # a skipped input stays unacknowledged: read again from the committed offset
+                    event.ack()
+
+    app.task(process_batches)
+
+    async def tick() -> None:
+        tune_fetcher(app)
+        if not settled():
             return
         try:
             await worker.sync_assignment(assigned())
@@ -201,7 +229,7 @@ FAULT_ENV = "TRIALOG_STREAMS_FAULT"
 
 def _fault_from_env() -> Callable[[], None] | None:
     """Fault injection for tests: `crash_before_row:N` kills the process (exit 137, no clean-up) right
-    after the N-th set of effects was acknowledged and before its row is written."""
+    after the N-th batch that changed rows was acknowledged and before its rows are written."""
     spec = os.environ.get(FAULT_ENV, "")
     if not spec.startswith("crash_before_row:"):
         return None
@@ -216,8 +244,43 @@ def _fault_from_env() -> Callable[[], None] | None:
     return crash
 
 
-class _StrKeys:
-    """The table seen with str keys (episode ids) and bytes rows."""
+async def next_batch(queue: asyncio.Queue[Any], limit: int) -> list[Any]:
+    """Wait for one item, then take whatever else is queued already, up to `limit` in all."""
+    batch = [await queue.get()]
+    while len(batch) < limit and not queue.empty():
+        batch.append(queue.get_nowait())
+    return batch
+
+
+def _input(names: dict[str, str], message: Any) -> Input:
+    headers = tuple(_header_items(message.headers))  # the traceparent travels with the input in its batch
+    return Input(names[message.topic], message.partition, message.offset, message.key, message.value, headers)
+
+
+def tune_fetcher(app: Any) -> bool:
+    """Remove aiokafka's prefetch backoff from the app's consumer; True once done (call it again until then).
+
+    aiokafka's fetcher (`aiokafka.consumer.fetcher.Fetcher`, `prefetch_backoff=0.1`) does not fetch from a
+    broker while any partition it fetched from that broker holds records nobody consumed yet, for up to
+    `prefetch_backoff` seconds. Faust assigns the table's changelog partitions to the same consumer and
+    reads them only while recovering, so after the first changelog record arrives every fetch on our single
+    broker waits 0.1 s: a request answered right after a fetch went out waited up to 100 ms (the p99 of
+    `trialog bench pipeline`). With 0 the fetcher skips the unread partitions and fetches the others at
+    once (those partitions are not fetched again while their records wait, so nothing spins). Faust
+    creates the aiokafka consumer itself, in its consumer thread, when the app starts; hence the attribute
+    is set on the running fetcher.
+    """
+    thread = getattr(app.consumer, "_thread", None)
+    consumer = getattr(thread, "_consumer", None)
+    fetcher = getattr(consumer, "_fetcher", None)
+    if fetcher is None or not hasattr(fetcher, "_prefetch_backoff"):
+        return False
+    fetcher._prefetch_backoff = 0.0
+    return True
+
+
+class FaustRows:
+    """The table seen with str keys (episode ids) and bytes rows, written to an explicit partition."""
 
     def __init__(self, table: Any) -> None:
         self.table = table
@@ -226,11 +289,18 @@ class _StrKeys:
         value = self.table.get(key.encode())
         return None if value is None else bytes(value)
 
-    def __setitem__(self, key: str, value: bytes) -> None:
-        self.table[key.encode()] = value
+    def put(self, partition: int, key: str, value: bytes) -> None:
+        """What `table[key] = value` does inside a stream event, with the partition given (any context)."""
+        store, raw = self.table.data, key.encode()
+        encoded = store._encode_key(raw)
+        store._key_index[encoded] = partition
+        store._db_for_partition(partition).put(encoded, store._encode_value(value))
+        self.table.send_changelog(partition, raw, value)
 
-    def items(self) -> Iterator[tuple[str, bytes]]:
-        return ((bytes(key).decode(), bytes(value)) for key, value in self.table.items())
+    def partition_items(self, partition: int) -> Iterator[tuple[str, bytes]]:
+        store = self.table.data
+        db = store._db_for_partition(partition)
+        return ((bytes(k).decode(), bytes(v)) for k, v in store._visible_items(db))
 
 
 def run_worker(settings: Settings) -> int:
@@ -238,6 +308,9 @@ def run_worker(settings: Settings) -> int:
     logging.getLogger("faust").setLevel(logging.WARNING)
     logging.getLogger("aiokafka").setLevel(logging.WARNING)
     logging.getLogger("kafka").setLevel(logging.WARNING)
+    from streams.profiling import profile_from_env
+
+    profile_from_env()
     app, _worker = build_app(settings)
     log.info(
         "streams worker %s: app %s on %s, data %s",

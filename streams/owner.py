@@ -23,14 +23,29 @@ Rules, in one place:
   as the restore point until the first `StepExecuted` replaces it: step 0 restores the task's tree.
 
 Step limit: `max_steps` bounds the actions the policy is asked for, submit included. When the
-`max_steps`-th action is not a submit it is still executed (its observation belongs in the failed
-trajectory for analysis), and instead of another PolicyRequest the episode fails with `step_limit`. We do
-not grade the workspace as is: in the fold a `RewardAssigned` follows only a submitted `ActionProposed`,
-and inventing a submit would put an action the policy never sampled into a training trajectory.
+`max_steps`-th action is not a submit it is still executed, and then the episode is *truncated*: instead of
+another PolicyRequest the owner asks the verifier to grade the workspace as it is, exactly as after a
+submit, and the episode completes with that reward (the fold moves to awaiting_verification on that
+step's StepExecuted). No submit is invented: the trajectory holds only actions the policy sampled, and a
+small model that never learned to submit still yields graded, learnable trajectories.
 
-Explicit failure answers (e.g. a crashed sandbox) have no schema yet: workers dead-letter what they cannot
-do, and the owner sees a request that times out and is re-issued. An `AbortEpisode` for an episode that has
-not started is rejected as `unknown_episode` (an EpisodeFailed needs the task id and version it lacks).
+Invalid replies: an ActionProposed whose action is an `InvalidReply` (the reply was no tool call) is a
+step that no sandbox executes. The owner answers it itself, in the same effects: a StepExecuted with exit
+code 2 and the error for the model on stderr, at the same restore point; then the next request as usual.
+
+Failure answers: a sandbox worker that cannot do what a request asks answers with an `EpisodeFailed` whose
+header echoes the request (`on_sandbox_failed`). `invalid_action` (a write outside the workspace, a patch
+that does not apply) fails the episode at once: the policy is at fault and a retry would fail the same way.
+`sandbox_crash` (the sandbox was lost under the step) re-issues the step at once as the next attempt, which
+restores the last snapshot into a new sandbox, and fails the episode after `max_attempts`. The answer is
+checked like any other (right step, attempt and chain head); it is never appended itself: the owner writes
+the episode's EpisodeFailed. A worker may answer no other failure class on `sandbox.results`.
+
+Benign rejections (`BENIGN`: an answer already applied, a late answer of a superseded attempt, an answer
+after the episode ended) are what at-least-once delivery produces after any crash; the caller counts them
+and moves on. The others point at a bug or a forged record and are dead-lettered by the caller.
+An `AbortEpisode` for an episode that has not started is rejected as `unknown_episode` (an EpisodeFailed
+needs the task id and version it lacks).
 """
 
 from __future__ import annotations
@@ -41,11 +56,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from schemas.actions import Submit
+from schemas.actions import InvalidReply, Submit
 from schemas.chain import digest
 from schemas.codec import default_codec
 from schemas.commands import AbortEpisode, StartEpisode
-from schemas.common import EpisodeConfig, EventMeta, FailureClass
+from schemas.common import EpisodeConfig, EventMeta, FailureClass, Output
 from schemas.events import (
     ActionProposed,
     EpisodeCompleted,
@@ -80,7 +95,12 @@ _TIMEOUT_FAILURE = {
     RequestKind.VERIFY: FailureClass.VERIFIER_ERROR,
 }
 # Infrastructure failures: the task is not at fault, so a new episode of it may be tried.
-_RETRYABLE = frozenset(_TIMEOUT_FAILURE.values())
+_RETRYABLE = frozenset({*_TIMEOUT_FAILURE.values(), FailureClass.SANDBOX_CRASH})
+# The failures a sandbox worker may answer with, and whether the owner retries the step (next attempt).
+SANDBOX_FAILURES: Mapping[FailureClass, bool] = {
+    FailureClass.SANDBOX_CRASH: True,
+    FailureClass.INVALID_ACTION: False,
+}
 
 
 class Rejection(StrEnum):
@@ -94,6 +114,11 @@ class Rejection(StrEnum):
     NOT_OUTSTANDING = "not_outstanding"  # no request of this kind is waiting for an answer
     ENDED = "ended"  # the episode is completed or failed
     INVALID = "invalid"  # passed the checks but the fold refused it (a forged or corrupt answer)
+    UNEXPECTED_FAILURE = "unexpected_failure"  # a failure class the answering worker may not report
+
+
+# What redelivery after a crash produces by itself: counted by the caller, not dead-lettered.
+BENIGN = frozenset({Rejection.DUPLICATE, Rejection.STALE_ATTEMPT, Rejection.ENDED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,16 +270,45 @@ def on_start(
 
 
 def on_action(state: OwnerState, answer: ActionProposed, *, origin: Origin, now_us: int) -> Effects:
-    """Append the policy's action; then execute it in the sandbox, or grade the workspace on submit."""
+    """Append the policy's action; then execute it in the sandbox, or grade the workspace on submit.
+
+    An invalid reply is answered here: its StepExecuted is appended at once, no sandbox is involved."""
     draft = _accept(state, RequestKind.POLICY, answer)
     if draft.rejected is not None:
         return draft
+    if isinstance(answer.action, InvalidReply):
+        return _next_action(
+            _append(draft, _invalid_reply_result(draft.state, origin, now_us)), origin, now_us
+        )
     kind = RequestKind.VERIFY if isinstance(answer.action, Submit) else RequestKind.SANDBOX
     return _issue(draft, kind, 1, origin, now_us)
 
 
+INVALID_REPLY_EXIT = 2  # what a shell reports for a usage error: the "command" could not be run at all
+
+
+def _invalid_reply_result(state: OwnerState, origin: Origin, now_us: int) -> StepExecuted:
+    """The observation of an invalid reply: exit code 2, the error for the model on stderr, nothing run.
+
+    The snapshot stays the episode's restore point (nothing changed in the workspace)."""
+    episode = state.episode
+    pending = episode.pending_action
+    if pending is None or not isinstance(pending.action, InvalidReply):
+        raise OwnerError(f"episode {episode.episode_id}: no invalid reply is pending")
+    limit = _config(state).output_limit_bytes
+    error = pending.action.error.encode("utf-8")
+    return StepExecuted(
+        _meta(origin, episode, now_us),
+        INVALID_REPLY_EXIT,
+        Output.capture(b"", limit),
+        Output.capture(error, limit),
+        timed_out=False,
+        duration_us=0,
+    )
+
+
 def on_executed(state: OwnerState, answer: StepExecuted, *, origin: Origin, now_us: int) -> Effects:
-    """Append the step's result; then ask the policy for the next step (or fail at the step limit)."""
+    """Append the step's result; then ask the policy for the next step (or grade at the step limit)."""
     draft = _accept(state, RequestKind.SANDBOX, answer)
     if draft.rejected is not None:
         return draft
@@ -277,6 +331,20 @@ def on_reward(state: OwnerState, answer: RewardAssigned, *, origin: Origin, now_
     )
     draft = _append(draft, completed)
     return dataclasses.replace(draft, trajectory=_completed_trajectory(draft.state, origin, now_us))
+
+
+def on_sandbox_failed(state: OwnerState, answer: EpisodeFailed, *, origin: Origin, now_us: int) -> Effects:
+    """A sandbox worker could not run the step: retry it as the next attempt (a crash, up to
+    `max_attempts`) or fail the episode with the answer's class."""
+    rejected = check_failure(state, RequestKind.SANDBOX, answer)
+    if rejected is not None:
+        return Effects(state, rejected=rejected)
+    retry = SANDBOX_FAILURES[answer.failure]
+    attempt = answer.meta.attempt
+    if retry and attempt < _config(state).max_attempts:
+        return _issue(Effects(state), RequestKind.SANDBOX, attempt + 1, origin, now_us)
+    reason = f"step {answer.meta.step} attempt {attempt}: {answer.reason}"
+    return _fail(Effects(state), answer.failure, reason, origin, now_us)
 
 
 def on_tick(state: OwnerState, *, origin: Origin, now_us: int) -> Effects:
@@ -332,6 +400,29 @@ def check_answer(state: OwnerState, kind: RequestKind, answer: Answer) -> Reject
             meta.attempt,
         )
         return Rejection.DUPLICATE if same else Rejection.STALE_ATTEMPT
+    return _check_outstanding(state, kind, meta)
+
+
+def check_failure(state: OwnerState, kind: RequestKind, answer: EpisodeFailed) -> Rejection | None:
+    """Why the failure answer `answer` to a `kind` request cannot be acted on now, or None."""
+    episode, meta = state.episode, answer.meta
+    started = episode.started
+    if started is None or (meta.episode_id, meta.run_id, meta.task_version) != (
+        started.meta.episode_id,
+        started.meta.run_id,
+        started.meta.task_version,
+    ):
+        return Rejection.UNKNOWN_EPISODE
+    if kind is not RequestKind.SANDBOX or answer.failure not in SANDBOX_FAILURES:
+        return Rejection.UNEXPECTED_FAILURE
+    outcome = episode.outcome
+    if isinstance(outcome, EpisodeFailed) and (outcome.failure, outcome.meta.step) == (
+        answer.failure,
+        meta.step,
+    ):
+        return Rejection.DUPLICATE  # the answer that ended the episode, delivered again
+    if meta.step < episode.step and not episode.is_terminal:
+        return Rejection.STALE_ATTEMPT  # another attempt of that step was executed
     return _check_outstanding(state, kind, meta)
 
 
@@ -394,12 +485,17 @@ def _append(draft: Effects, event: EpisodeEvent) -> Effects:
 
 
 def _next_action(draft: Effects, origin: Origin, now_us: int) -> Effects:
-    episode = draft.state.episode
+    """After a step: the next PolicyRequest, or at the step limit the grading of the truncated episode."""
     max_steps = _config(draft.state).max_steps
-    if episode.step >= max_steps:
-        reason = f"{max_steps} steps without submit"
-        return _fail(draft, FailureClass.STEP_LIMIT, reason, origin, now_us)
+    if max_steps < 1:  # nothing would ever be sampled: there is no trajectory to grade
+        return _fail(draft, FailureClass.STEP_LIMIT, "max_steps is 0: no step allowed", origin, now_us)
+    if draft.state.episode.phase is Phase.AWAITING_VERIFICATION or _at_step_limit(draft.state):
+        return _issue(draft, RequestKind.VERIFY, 1, origin, now_us)
     return _issue(draft, RequestKind.POLICY, 1, origin, now_us)
+
+
+def _at_step_limit(state: OwnerState) -> bool:
+    return state.episode.step >= _config(state).max_steps
 
 
 def _issue(draft: Effects, kind: RequestKind, attempt: int, origin: Origin, now_us: int) -> Effects:
@@ -423,7 +519,7 @@ def _request(state: OwnerState, kind: RequestKind, attempt: int, origin: Origin,
     if kind is RequestKind.VERIFY:
         return VerifyRequest(meta, started.image, task.timeout_s, task.limits)
     pending = episode.pending_action
-    if pending is None or isinstance(pending.action, Submit):
+    if pending is None or isinstance(pending.action, Submit | InvalidReply):
         raise OwnerError(f"episode {episode.episode_id}: a sandbox request needs a pending sandbox action")
     return SandboxRequest(
         meta, started.image, pending.action, config.sandbox_timeout_s, config.output_limit_bytes, task.limits
@@ -561,6 +657,10 @@ def resume(state: OwnerState, *, origin: Origin, now_us: int) -> Effects:
     if phase is Phase.AWAITING_ACTION:
         return _next_action(draft, origin, now_us)
     if phase is Phase.AWAITING_EXECUTION:
+        pending = episode.pending_action
+        if pending is not None and isinstance(pending.action, InvalidReply):
+            answered = _append(draft, _invalid_reply_result(draft.state, origin, now_us))
+            return _next_action(answered, origin, now_us)
         return _issue(draft, RequestKind.SANDBOX, 1, origin, now_us)
     if phase is Phase.AWAITING_VERIFICATION:
         return _issue(draft, RequestKind.VERIFY, 1, origin, now_us)

@@ -1,10 +1,20 @@
 """What the streams worker keeps: the `episodes` table row codec and the tasks it knows.
 
-A row of the `episodes` table is an `OwnerState` plus two numbers the crash recovery needs (see
-`streams.worker`): the partition the episode lives on and the offset on `episode.events` of the last
-event appended for it. The folded episode is stored as its `EpisodeSnapshot` record (Avro single-object
-bytes: schema-checked and upcast like any record); the owner's extras (task, sampling, outstanding
-request) are small and stored as JSON next to it. The row is versioned (`"v"`).
+A row of the `episodes` table is an `OwnerState`, the exact bytes of the episode's events as logged, the
+partition the episode lives on, and that partition's *watermark*: an offset of `episode.events`[partition]
+such that every event of the partition at or below it was folded into a row written no later than this one
+(`streams.worker` explains why a per-partition watermark and not the episode's own last offset).
+
+Row format v2 (`ROW_MAGIC_V2`, then a 4-byte big-endian header length, a JSON header, and each event as a
+4-byte length and its bytes): the header holds the owner's extras (task, sampling, outstanding request),
+which are small; the episode itself is the fold of the stored events (`schemas.fold.apply`), so a row is
+checked by the same fold (ordering, duplicates, hash chain) as the log, and the bytes can be refolded or
+audited without a snapshot schema. Rows of format v1 (JSON, the folded `EpisodeSnapshot` record in base64,
+`log_offset` of the episode's last event) are still read: their events are re-encoded from the snapshot
+(the codec is deterministic, and the result is checked against the recorded chain head) and their
+`log_offset` becomes the watermark, which is what it meant for the one-input-at-a-time worker that wrote
+v1 rows (each row written right after its own appends, so the highest offset of a partition's rows
+covered every earlier event).
 
 `TaskCache` is the tasks table: every worker reads the whole compacted `tasks` topic (it is small and has
 one partition, so it cannot be co-partitioned with the episodes) and catches up on a miss, so a task
@@ -18,51 +28,126 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from schemas.chain import digest
 from schemas.codec import DecodeError, default_codec
+from schemas.events import EPISODE_EVENT_TYPES, EpisodeEvent
+from schemas.fold import apply
 from schemas.publications import TaskPublished
 from schemas.requests import ResourceLimits, SamplingParams
 from schemas.state import EpisodeState
-from streams.owner import OwnerState, TaskInfo
+from streams.owner import Outstanding, OwnerState, TaskInfo
 
 log = logging.getLogger(__name__)
 
-ROW_VERSION = 1
+ROW_VERSION = 2
+ROW_MAGIC_V2 = b"TRw2"
+_LENGTH = struct.Struct(">I")
 
 
 @dataclass(frozen=True, slots=True)
 class Row:
-    """One episode's row: the owner state, its partition and the offset of its last appended event."""
+    """One episode's row: the owner state, the events' logged bytes, its partition and the watermark."""
 
     state: OwnerState
     partition: int
-    log_offset: int = -1  # -1: nothing appended yet
+    watermark: int = -1  # -1: nothing of the partition is known to be folded
+    events: tuple[bytes, ...] = ()
 
     def encode(self) -> bytes:
-        rec = self.state.to_record()
-        body: dict[str, Any] = {
+        state = self.state
+        header = {
             "v": ROW_VERSION,
+            "episode_id": state.episode.episode_id,
             "partition": self.partition,
-            "log_offset": self.log_offset,
-            "episode": base64.b64encode(default_codec().encode(self.state.episode)).decode("ascii"),
-            "task": rec["task"],
-            "sampling": rec["sampling"],
-            "outstanding": rec["outstanding"],
+            "watermark": self.watermark,
+            "task": None if state.task is None else state.task.to_record(),
+            "sampling": state.sampling.to_record(),
+            "outstanding": None if state.outstanding is None else state.outstanding.to_record(),
         }
-        return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+        head = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+        parts = [ROW_MAGIC_V2, _LENGTH.pack(len(head)), head]
+        for data in self.events:
+            parts += (_LENGTH.pack(len(data)), data)
+        return b"".join(parts)
 
     @classmethod
     def decode(cls, data: bytes) -> Row:
-        body = json.loads(data)
-        if body.get("v") != ROW_VERSION:
-            raise ValueError(f"episodes row version {body.get('v')!r} is not {ROW_VERSION}")
-        episode = default_codec().decode(base64.b64decode(body["episode"]))
-        if not isinstance(episode, EpisodeState):
-            raise ValueError(f"episodes row holds a {type(episode).__name__}, not an EpisodeSnapshot")
-        rec = {**body, "episode": episode.to_record()}
-        return cls(OwnerState.from_record(rec), body["partition"], body["log_offset"])
+        if data.startswith(ROW_MAGIC_V2):
+            return _decode_v2(data)
+        return _decode_v1(data)
+
+
+def _decode_v2(data: bytes) -> Row:
+    view = memoryview(data)
+    at = len(ROW_MAGIC_V2)
+    (size,) = _LENGTH.unpack_from(view, at)
+    header = json.loads(bytes(view[at + 4 : at + 4 + size]))
+    at += 4 + size
+    events: list[bytes] = []
+    while at < len(view):
+        (size,) = _LENGTH.unpack_from(view, at)
+        events.append(bytes(view[at + 4 : at + 4 + size]))
+        at += 4 + size
+    if at != len(view):
+        raise ValueError("episodes row v2 is truncated")
+    codec = default_codec()
+    episode = EpisodeState.new(header["episode_id"])
+    for event_bytes in events:
+        event = codec.decode(event_bytes)
+        if not isinstance(event, EPISODE_EVENT_TYPES):
+            raise ValueError(f"episodes row holds a {type(event).__name__}, not an episode event")
+        episode = apply(episode, event, digest(event_bytes))
+    task, outstanding = header["task"], header["outstanding"]
+    state = OwnerState(
+        episode,
+        None if task is None else TaskInfo.from_record(task),
+        SamplingParams.from_record(header["sampling"]),
+        None if outstanding is None else Outstanding.from_record(outstanding),
+    )
+    return Row(state, header["partition"], header["watermark"], tuple(events))
+
+
+def _decode_v1(data: bytes) -> Row:
+    """A row of format v1: the episode as an `EpisodeSnapshot` record and the offset of its last event."""
+    body = json.loads(data)
+    if body.get("v") != 1:
+        raise ValueError(f"episodes row version {body.get('v')!r} is unknown")
+    episode = default_codec().decode(base64.b64decode(body["episode"]))
+    if not isinstance(episode, EpisodeState):
+        raise ValueError(f"episodes row holds a {type(episode).__name__}, not an EpisodeSnapshot")
+    rec = {**body, "episode": episode.to_record()}
+    state = OwnerState.from_record(rec)
+    return Row(state, body["partition"], body["log_offset"], _logged_bytes(episode))
+
+
+def _logged_bytes(episode: EpisodeState) -> tuple[bytes, ...]:
+    """The events of a folded episode as they were logged: re-encoded in chain order, each link checked."""
+    codec = default_codec()
+    ordered: list[EpisodeEvent] = [] if episode.started is None else [episode.started]
+    for step in episode.history:
+        ordered.append(step.action)
+        if step.result is not None:
+            ordered.append(step.result)
+    ordered += [e for e in (episode.pending_action, episode.reward, episode.outcome) if e is not None]
+    return _checked_chain(episode, [codec.encode(event) for event in ordered], ordered)
+
+
+def _checked_chain(
+    episode: EpisodeState, encoded: list[bytes], ordered: Iterable[EpisodeEvent]
+) -> tuple[bytes, ...]:
+    head = None
+    for data, event in zip(encoded, ordered, strict=True):
+        if head is not None and event.meta.prev_hash != head:
+            raise ValueError(f"episodes row v1 of {episode.episode_id}: re-encoded events do not chain")
+        head = digest(data)
+    if encoded and head != episode.head_hash:
+        raise ValueError(f"episodes row v1 of {episode.episode_id}: re-encoded events miss the chain head")
+    return tuple(encoded)
 
 
 def task_info(published: TaskPublished) -> TaskInfo:

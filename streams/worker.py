@@ -1,49 +1,72 @@
-"""The episode owner at work: Kafka inputs -> `streams.owner` -> effects on Kafka -> the `episodes` table.
+"""The episode owner at work: batches of Kafka inputs -> `streams.owner` -> effects on Kafka -> the table.
 
 `EpisodeWorker` is the Faust-free core (tested with a fake bus and a dict table); `streams.app` wires it to
 Faust (agents, the RocksDB table, a timer) and `python -m streams.worker` runs it.
 
-For each input (a command, an answer, a timer tick) the worker reads the episode's row, calls the owner
-with an `Origin` and one clock reading, and carries out the effects in this order: append the events'
-exact bytes to `episode.events` (key: episode id), send the requests, publish the trajectory
-(`trajectories.completed` keyed by task id, `trajectories.failed` by episode id), wait for every ack, and
-only then write the new row. Rejected inputs and undecodable records go to `deadletter` with the reason;
-nothing an input can contain stops the worker.
+A batch: whatever inputs are queued when the worker is free (up to `streams.app.BATCH_MAX`), in the order
+they arrived (per partition, the log's order). The order of its side effects is the crash-consistency
+argument, so here it is, in full:
+
+  1. decide: every input in order, with the pure owner (`streams.owner`), one clock reading per input;
+     an input sees the state its predecessors in the batch left (rows live in memory, see below);
+     rejected inputs and undecodable records become dead letters; nothing is sent yet;
+  2. send: every produced record (the events' exact bytes to `episode.events`, keyed by episode id; the
+     requests; the trajectories, `trajectories.completed` keyed by task id, `trajectories.failed` by
+     episode id; the dead letters) goes to the producer without waiting;
+  3. acknowledge: the batch's acks are awaited together, once (one flush);
+  4. write: each row the batch changed is written once, to its partition (`Rows.put`), carrying the
+     partition's watermark (below);
+  5. only then are the batch's inputs acknowledged to Faust, which commits input offsets after flushing
+     its producer (our appends and its changelog writes).
+  So the table never gets ahead of the log, and an input is committed only after its row is written.
+  A batch that fails in 2-4 (a broker error, a failed ack, a failed write) may have logged part of its
+  events: the worker forgets its partitions' rows in memory, rebuilds them from the table and the log
+  (recovery, below), waits (backoff doubling from `retry_backoff_s[0]` to `[1]`) and decides the batch
+  again; inputs already applied are then duplicates (counted as ignored), the rest go on.
 
 Crash consistency: the log is the truth, the table a cache of its fold.
-  A crash between the acks and the table write leaves `episode.events` ahead of the row (and the input
-  uncommitted, so it comes again). Deciding again from the old row would append *new* events (new ids,
-  new times) after events already logged: a fork of the chain. So before a worker decides anything for a
-  partition it has just been given (start, restart, rebalance), it folds the partition's tail of
-  `episode.events` into the rows:
-  * every row records its partition and the offset of the last event appended for its episode. A row
-    goes to the changelog partition of its episode's partition, in processing order, and Kafka keeps
-    that order: when a row survived, every earlier row of the partition did. So every event missing
-    from the table lies after M, the highest offset any row of the partition records, and the worker
-    reads `episode.events`[p] from M + 1 to its end (no row: from the beginning);
+  A crash between 3 and 4 (or between two row writes of 4) leaves `episode.events` ahead of rows (and the
+  inputs uncommitted, so they come again). Deciding again from an old row would append *new* events (new
+  ids, new times) after events already logged: a fork of the chain. So before a worker decides anything for
+  a partition it has just been given (start, restart, rebalance, a failed batch), it folds the partition's
+  tail of `episode.events` into the rows:
+  * every row carries its partition's *watermark* W: every event of the partition at offset <= W was
+    folded into rows written before this one. The worker keeps W per partition: after all rows of a batch
+    are written, W moves to the batch's highest appended offset; rows are written with the W of before
+    the batch (within a batch rows are written in no particular order, so a row may not vouch for the
+    batch's other rows). Rows go to the changelog partition of their episode's partition, in processing
+    order, and Kafka keeps that order: when a row survived, every row written before it did. So every event
+    missing from the table lies after the highest W of the partition's rows, and the worker reads
+    `episode.events`[p] from there to its end (no row: from the beginning). At most the last batch is
+    read again; folding an event a row holds already changes nothing.
+    Why not the offset of the episode's own last event (row format v1): with batches (or a timer) two
+    episodes' rows are written one after the other; a crash between the writes leaves the second row
+    with a high offset and the first one stale, and the highest offset then skips the first episode's
+    events: they are never folded, and the next decision forks its chain. `tests/unit/streams` shows it.
   * each event is folded into its episode's row with `schemas.fold.apply` (an event already in the row is
     a duplicate and changes nothing; a row that never got written is rebuilt from EpisodeStarted on,
-    with the task from the tasks table);
+    with the task from the tasks table); the row keeps the event's bytes (row format v2);
   * an episode whose state moved is resumed (`streams.owner.resume`): the request its phase waits for
     is sent again with the key the lost write issued (attempt 1), an EpisodeCompleted due after a logged
     reward is appended, the trajectory of an ended episode is published again (at least once);
   * every other episode of the partition with an outstanding request gets it again, same idempotency key
     and chain head (`owner.outstanding_request`): the previous owner may have died before sending it.
-  Why the input comes again: Faust flushes its producer (our appends and its changelog writes) before it
-  commits input offsets, so an input whose row was lost was not committed; a row lost after a tick (no
-  input) is rebuilt from the log all the same. The redelivered input then meets the caught-up state and
-  is rejected as a duplicate (dead-lettered), so the log holds each event once. Only this worker appends
-  to the partition while it owns it, so the tail read to the end is complete. A worker that lost its
-  partition without noticing (a zombie) could still append; at-least-once cannot exclude that, and the
-  chain check (`verify_chain`) detects it. Costs: a recovery reads the rows of the new partitions once
-  and the log from M + 1; a trajectory may be published twice (consumers key it by episode).
+  The redelivered inputs then meet the caught-up state and are rejected as duplicates (counted as
+  `ignored.duplicate`, not dead-lettered: it is expected), so the log holds each event once. Only this
+  worker appends to the partition while it owns it, so the tail read to the end is complete. A worker that
+  lost its partition without noticing (a zombie) could still append; at-least-once cannot exclude that,
+  and the chain check (`verify_chain`) detects it. Costs: a recovery reads the rows of the new partitions
+  once and the log from the watermark; a trajectory may be published twice (consumers key it by episode).
+
+Rows in memory: only the partition's owner writes its rows, so after recovery the worker keeps the rows of
+its episodes in flight in memory (an ended episode's row is dropped from memory and read from the table if
+an input still comes for it) and reads no row per input. Recovery fills them; a lost partition drops them.
 
 Timers: `tick()` (every 0.5 s from Faust) calls `owner.on_tick` for the episodes whose outstanding
-request is past its deadline. Their deadlines are indexed in memory: built from the rows when a partition
-is recovered (Faust's `table.items()` only iterates assigned partitions) and kept up to date by every row
-this worker writes (only the partition's owner writes its rows), so a tick reads no row that is not due.
-One lock serialises inputs, ticks and recovery: a Faust agent handles its partitions one event at a time
-anyway.
+request is past its deadline, as one batch (without inputs: a failed tick is not retried, the next tick
+decides again). Their deadlines are indexed in memory with the rows. A tick runs outside any Faust
+stream event, which is why rows are written to an explicit partition (`Rows.put`).
+One lock serialises batches, ticks and recovery.
 """
 
 from __future__ import annotations
@@ -53,8 +76,8 @@ import asyncio
 import logging
 import os
 import socket
-from collections.abc import Awaitable, Callable, Iterable, Iterator
-from dataclasses import dataclass, replace
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from ops.telemetry import config as telemetry_config
@@ -65,47 +88,61 @@ from schemas.codec import DecodeError, default_codec
 from schemas.commands import AbortEpisode, StartEpisode
 from schemas.common import RecordMeta
 from schemas.deadletter import DeadLetter
-from schemas.events import EPISODE_EVENT_TYPES, ActionProposed, EpisodeStarted, RewardAssigned, StepExecuted
+from schemas.events import (
+    EPISODE_EVENT_TYPES,
+    ActionProposed,
+    EpisodeFailed,
+    EpisodeStarted,
+    RewardAssigned,
+    StepExecuted,
+)
 from schemas.fold import FoldError, apply
 from schemas.record import Record
 from schemas.requests import PolicyRequest, SandboxRequest, VerifyRequest
 from schemas.sources import Clock, Origin, SystemClock
+from schemas.state import EpisodeState
 from schemas.trajectories import TrajectoryCompleted
 from streams import owner
-from streams.owner import Effects, OwnerError, OwnerState, Request, TaskInfo, resume
+from streams.owner import Appended, Effects, OwnerError, OwnerState, Request, TaskInfo, resume
 from streams.tables import Row, sampling_for
 
 log = logging.getLogger(__name__)
 
+Headers = tuple[tuple[str, bytes], ...]  # a record's Kafka headers (traceparent)
+
 COMMANDS, EVENTS, DEADLETTER = "episode.commands", "episode.events", "deadletter"
 ANSWERS = ("policy.results", "sandbox.results", "verify.results")
 INPUTS = (COMMANDS, *ANSWERS)
+RETRY_BACKOFF_S = (0.2, 5.0)
+MAX_BATCH_ATTEMPTS = 12  # then the batch's error propagates and the process restarts (a crash is safe)
 _REQUEST_TOPICS: dict[type[Request], str] = {
     PolicyRequest: "policy.requests",
     SandboxRequest: "sandbox.requests",
     VerifyRequest: "verify.requests",
 }
-_ANSWER_TYPES: dict[str, type[Record]] = {
-    "policy.results": ActionProposed,
-    "sandbox.results": StepExecuted,
-    "verify.results": RewardAssigned,
+_ANSWER_TYPES: dict[str, tuple[type[Record], ...]] = {
+    "policy.results": (ActionProposed,),
+    "sandbox.results": (StepExecuted, EpisodeFailed),  # EpisodeFailed: a step the sandbox could not run
+    "verify.results": (RewardAssigned,),
 }
 
 
 class Bus(Protocol):
-    """Sends one record; the returned awaitable resolves to its offset once the broker acknowledged it."""
+    """Sends one record without waiting; the awaitable resolves to its offset once the broker acked it."""
 
-    async def send(self, topic: str, key: bytes | None, value: bytes) -> Awaitable[int]: ...
+    async def send(
+        self, topic: str, key: bytes | None, value: bytes, headers: Headers = ()
+    ) -> Awaitable[int]: ...
 
 
 class Rows(Protocol):
-    """The `episodes` table as the worker sees it: episode id -> encoded `Row`."""
+    """The `episodes` table as the worker sees it: episode id -> encoded `Row`, written per partition."""
 
     def get(self, key: str) -> bytes | None: ...
 
-    def __setitem__(self, key: str, value: bytes) -> None: ...
+    def put(self, partition: int, key: str, value: bytes) -> None: ...
 
-    def items(self) -> Iterable[tuple[str, bytes]]: ...
+    def partition_items(self, partition: int) -> Iterable[tuple[str, bytes]]: ...
 
 
 class Tasks(Protocol):
@@ -123,7 +160,28 @@ class Input:
     offset: int
     key: bytes | None
     value: bytes | None
-    headers: tuple[tuple[str, bytes], ...] = ()  # the record's Kafka headers (traceparent)
+    headers: Headers = ()  # the record's Kafka headers (traceparent); they travel with it in a batch
+
+
+@dataclass
+class _Work:
+    """What one batch sends (in order) and the rows it changed (the newest of each, in order of change)."""
+
+    # (topic, key, value, partition of an appended event or None, headers)
+    records: list[tuple[str, bytes | None, bytes, int | None, Headers]] = field(default_factory=list)
+    rows: dict[str, Row] = field(default_factory=dict)
+    appended: int = 0
+    # (the episode's state, the events appended to it): telemetry's, once the events are acknowledged
+    logged: list[tuple[EpisodeState, tuple[Appended, ...]]] = field(default_factory=list)
+
+    def send(self, topic: str, key: bytes | None, value: bytes, event_of: int | None = None) -> None:
+        # Sent at the end of the batch, outside the input's span: the span current now (the input that
+        # caused the record) is captured as the record's `traceparent` here.
+        self.records.append((topic, key, value, event_of, tuple(tracing.outgoing_headers())))
+
+    def change(self, key: str, row: Row) -> None:
+        self.rows.pop(key, None)
+        self.rows[key] = row
 
 
 class EpisodeWorker:
@@ -138,6 +196,7 @@ class EpisodeWorker:
         topic: Callable[[str], str] = lambda base: base,
         clock: Clock | None = None,
         before_row_write: Callable[[], None] | None = None,
+        retry_backoff_s: tuple[float, float] = RETRY_BACKOFF_S,
     ) -> None:
         self.rows = rows
         self.bus = bus
@@ -146,72 +205,82 @@ class EpisodeWorker:
         self.origin = origin
         self.topic = topic
         self.clock = clock or SystemClock()
+        self.retry_backoff_s = retry_backoff_s
         self.ready: set[int] = set()  # partitions recovered since they were assigned
+        self.live: dict[str, Row] = {}  # rows of the episodes in flight on ready partitions
+        self.watermarks: dict[int, int] = {}  # partition -> W (see the module doc)
         self.deadlines: dict[str, tuple[int, int]] = {}  # episode -> (partition, deadline) of its request
         self.lock = asyncio.Lock()
         self.stats: dict[str, int] = {}
-        self.before_row_write = before_row_write  # fault injection: runs after the acks, before the row
+        self.before_row_write = before_row_write  # fault injection: runs after the acks, before the rows
 
-    def _count(self, name: str) -> None:
-        self.stats[name] = self.stats.get(name, 0) + 1
+    def _count(self, name: str, n: int = 1) -> None:
+        self.stats[name] = self.stats.get(name, 0) + n
 
     # -- assignment and recovery -------------------------------------------------------------------------
 
     async def sync_assignment(self, assigned: set[int]) -> None:
         """Recover the partitions newly assigned (before anything is decided for them); forget the rest."""
         async with self.lock:
-            self.ready &= assigned
-            self.deadlines = {k: d for k, d in self.deadlines.items() if d[0] in self.ready}
-            new = assigned - self.ready
-            if not new:
-                return
-            by_partition: dict[int, dict[str, Row]] = {partition: {} for partition in new}
-            for key, row in self._all_rows():
-                if row.partition in by_partition:
-                    by_partition[row.partition][key] = row
-            for partition in sorted(new):
-                await self._recover(partition, by_partition[partition])
-                self.ready.add(partition)
+            self._forget(self.ready - assigned)
+            for partition in sorted(assigned - self.ready):
+                await self._recover(partition)
 
-    def _all_rows(self) -> Iterator[tuple[str, Row]]:
-        for key, data in list(self.rows.items()):
+    def _forget(self, partitions: set[int]) -> None:
+        if not partitions:
+            return
+        self.ready -= partitions
+        self.live = {k: row for k, row in self.live.items() if row.partition not in partitions}
+        self.deadlines = {k: d for k, d in self.deadlines.items() if d[0] not in partitions}
+        for partition in partitions:
+            self.watermarks.pop(partition, None)
+
+    def _partition_rows(self, partition: int) -> dict[str, Row]:
+        rows: dict[str, Row] = {}
+        for key, data in list(self.rows.partition_items(partition)):
             try:
-                yield key, Row.decode(data)
+                rows[key] = Row.decode(data)
             except Exception:
                 log.exception("episodes row %r cannot be read", key)
+        return rows
 
-    async def _recover(self, partition: int, rows: dict[str, Row]) -> None:
-        start = max((row.log_offset for row in rows.values()), default=-1) + 1
+    async def _recover(self, partition: int) -> None:
+        rows = self._partition_rows(partition)
+        watermark = max((row.watermark for row in rows.values()), default=-1)
+        self.watermarks[partition] = watermark
         loop = asyncio.get_running_loop()
-        records = await loop.run_in_executor(None, lambda: list(self.read_events(partition, start)))
+        records = await loop.run_in_executor(None, lambda: list(self.read_events(partition, watermark + 1)))
         moved: dict[str, Row] = {}
         for offset, _key, value in records:
             folded = self._fold_logged(rows, partition, offset, value)
             if folded is not None:
-                key, row, changed = folded
-                rows[key] = row
-                if changed:
-                    moved[key] = row
+                key, row = folded
+                rows[key] = moved[key] = row
         now = self.clock.now_us()
+        work = _Work()
         for key, row in moved.items():
             self._count("recovered")
             try:
                 effects = resume(row.state, origin=self.origin, now_us=now)
             except OwnerError:
                 log.exception("episode %s cannot be resumed", key)
+                work.change(key, row)  # its logged events are kept all the same
                 continue
-            await self._carry_out(key, row, effects)
+            self._add(work, key, row, effects)
         resent = 0
         for key, row in rows.items():
             if key in moved:
                 continue
-            self._track(key, row)
+            self._remember(key, row)
             request = owner.outstanding_request(row.state, origin=self.origin, now_us=now)
             if request is not None:
                 resent += 1
                 self._count("reissued")
-                ack = await self.bus.send(self._request_topic(request), key.encode(), self._encode(request))
-                await ack
+                work.send(self._request_topic(request), key.encode(), self._encode(request))
+        await self._commit(work)
+        if records:
+            self.watermarks[partition] = max(self.watermarks[partition], records[-1][0])
+        self.ready.add(partition)
         log.info(
             "partition %d recovered: %d events, %d episodes moved, %d requests resent",
             partition,
@@ -222,7 +291,8 @@ class EpisodeWorker:
 
     def _fold_logged(
         self, rows: dict[str, Row], partition: int, offset: int, value: bytes | None
-    ) -> tuple[str, Row, bool] | None:
+    ) -> tuple[str, Row] | None:
+        """The row of the event at `offset` with the event folded in, or None if it changes nothing."""
         if value is None:
             return None
         try:
@@ -239,58 +309,100 @@ class EpisodeWorker:
         except FoldError as exc:
             log.warning("episode.events[%d]@%d does not fold onto %s: %s", partition, offset, key, exc)
             return None
-        if episode == row.state.episode:
-            return key, replace(row, log_offset=max(row.log_offset, offset)), False
+        if episode is row.state.episode:  # `apply` returns the state itself for a duplicate
+            return None
         state = replace(row.state, episode=episode)
         if isinstance(event, EpisodeStarted):
             state = replace(state, task=self.tasks.get(event.meta.task_id), sampling=sampling_for(event.seed))
-        return key, Row(state, partition, max(row.log_offset, offset)), True
+        return key, replace(row, state=state, events=(*row.events, value))
 
     # -- inputs ------------------------------------------------------------------------------------------
 
     async def handle(self, record: Input) -> None:
-        """One input record; never raises for anything the record contains."""
+        """One input record: a batch of one."""
+        await self.handle_batch([record])
+
+    async def handle_batch(self, inputs: Sequence[Input]) -> list[bool]:
+        """Decide, send, acknowledge and write one batch (see the module doc); retried after a rebuild when
+        sending or writing fails. Never raises for anything the records contain.
+
+        Returns, per input, whether it was handled: an input of a partition not recovered here (assigned
+        but not yet restored, or just lost) is skipped and must not be acknowledged to Kafka, so that the
+        partition's owner reads it (again) from the committed offset."""
         async with self.lock:
-            topic = self.topic(record.topic)
+            partitions = {record.partition for record in inputs} & self.ready
+            delay, attempt = self.retry_backoff_s[0], 1
+            while True:
+                try:
+                    handled = [record.partition in self.ready for record in inputs]
+                    work = await self._decide_all(inputs)
+                    await self._commit(work)
+                    return handled
+                except Exception:
+                    if attempt >= MAX_BATCH_ATTEMPTS:
+                        raise
+                    log.exception(
+                        "a batch of %d inputs failed (attempt %d); rebuilding", len(inputs), attempt
+                    )
+                    self._count("batch_retries")
+                    await asyncio.sleep(delay)
+                    delay, attempt = min(2 * delay, self.retry_backoff_s[1]), attempt + 1
+                    await self._rebuild(partitions)
+
+    async def _rebuild(self, partitions: set[int]) -> None:
+        """Forget what memory holds of `partitions` and recover them from the table and the log."""
+        self._forget(partitions)
+        for partition in sorted(partitions):
+            try:
+                await self._recover(partition)
+            except Exception:
+                log.exception("partition %d could not be rebuilt (retried with the batch)", partition)
+
+    async def _decide_all(self, inputs: Sequence[Input]) -> _Work:
+        work = _Work()
+        for record in inputs:
+            if record.partition not in self.ready:
+                self._count("skipped.unassigned")  # not acknowledged: its owner reads it (again)
+                continue
+            # One span per input, under the span its sender named; what it sends names this span.
             with tracing.consumed_span(
                 f"owner.{record.topic}", record.key, None, headers=record.headers,
-                topic=topic, partition=record.partition, offset=record.offset,
+                topic=self.topic(record.topic), partition=record.partition, offset=record.offset,
             ):  # fmt: skip
                 try:
-                    await self._handle(record)
+                    await self._decide(record, work)
                 except Exception as exc:  # an owner or encoding bug must not stop the partition
                     log.exception("input %s[%d]@%d failed", record.topic, record.partition, record.offset)
-                    await self._dead_letter(record, "worker_error", f"{type(exc).__name__}: {exc}")
+                    self._dead_letter(work, record, "worker_error", f"{type(exc).__name__}: {exc}")
+        return work
 
-    async def _handle(self, record: Input) -> None:
+    async def _decide(self, record: Input, work: _Work) -> None:
         if record.value is None:
-            await self._dead_letter(record, "empty", "a record without a value")
+            self._dead_letter(work, record, "empty", "a record without a value")
             return
         try:
             value = default_codec().decode(record.value)
         except DecodeError as exc:
-            await self._dead_letter(record, exc.reason.value, str(exc))
+            self._dead_letter(work, record, exc.reason.value, str(exc))
             return
-        expected = _ANSWER_TYPES.get(record.topic)
+        expected = _ANSWER_TYPES.get(record.topic, ())
         if record.topic == COMMANDS:
             if not isinstance(value, (StartEpisode, AbortEpisode)):
-                await self._dead_letter(record, "unexpected_type", f"{type(value).__name__} on {COMMANDS}")
+                self._dead_letter(work, record, "unexpected_type", f"{type(value).__name__} on {COMMANDS}")
                 return
             key = value.episode_id
-        elif (
-            expected is not None
-            and isinstance(value, expected)
-            and isinstance(value, (ActionProposed, StepExecuted, RewardAssigned))
+        elif isinstance(value, expected) and (
+            isinstance(value, (ActionProposed, StepExecuted, RewardAssigned, EpisodeFailed))
         ):
             key = value.meta.episode_id
         else:
-            await self._dead_letter(record, "unexpected_type", f"{type(value).__name__} on {record.topic}")
+            self._dead_letter(work, record, "unexpected_type", f"{type(value).__name__} on {record.topic}")
             return
         tracing.annotate(value)
-        row = self._row(key, record.partition)
+        row = work.rows.get(key) or self._row(key, record.partition)
         now = self.clock.now_us()
         if isinstance(value, StartEpisode):
-            task = await asyncio.get_running_loop().run_in_executor(None, self.tasks.get, value.task_id)
+            task = await self._task(value.task_id)
             effects = owner.on_start(row.state, value, task, origin=self.origin, now_us=now)
         elif isinstance(value, AbortEpisode):
             effects = owner.on_abort(row.state, value, origin=self.origin, now_us=now)
@@ -298,77 +410,122 @@ class EpisodeWorker:
             effects = owner.on_action(row.state, value, origin=self.origin, now_us=now)
         elif isinstance(value, StepExecuted):
             effects = owner.on_executed(row.state, value, origin=self.origin, now_us=now)
+        elif isinstance(value, EpisodeFailed):
+            effects = owner.on_sandbox_failed(row.state, value, origin=self.origin, now_us=now)
         else:
             effects = owner.on_reward(row.state, value, origin=self.origin, now_us=now)
+        if effects.rejected in owner.BENIGN:  # what redelivery after any crash produces: nothing to keep
+            self._count(f"ignored.{effects.rejected.value}")
+            log.info(
+                "ignored (%s) %s of %s at %s[%d]@%d",
+                effects.rejected.value,
+                type(value).__name__,
+                key,
+                record.topic,
+                record.partition,
+                record.offset,
+            )
+            return
         if effects.rejected is not None:
             self._count(f"rejected.{effects.rejected.value}")
-            await self._dead_letter(record, effects.rejected.value, f"episode {key}: input rejected")
+            self._dead_letter(work, record, effects.rejected.value, f"episode {key}: input rejected")
             return
-        await self._carry_out(key, row, effects)
+        self._add(work, key, row, effects)
+
+    async def _task(self, task_id: str) -> TaskInfo | None:
+        known = self.tasks.get(task_id, refresh=False)
+        if known is not None:
+            return known
+        return await asyncio.get_running_loop().run_in_executor(None, self.tasks.get, task_id)
 
     async def tick(self) -> None:
-        """`owner.on_tick` for every episode of the partitions this worker owns and has recovered."""
+        """`owner.on_tick` for the due episodes of the partitions this worker owns and has recovered."""
         async with self.lock:
             now = self.clock.now_us()
             due = [k for k, (p, deadline) in self.deadlines.items() if deadline <= now and p in self.ready]
+            if not due:
+                return
+            work = _Work()
             for key in due:
                 try:
-                    data = self.rows.get(key)
-                    if data is None:
-                        self.deadlines.pop(key, None)
-                        continue
-                    row = Row.decode(data)
+                    row = self._row(key, self.deadlines[key][0])
                     effects = owner.on_tick(row.state, origin=self.origin, now_us=now)
                     if effects.requests or effects.events:
                         self._count("timeouts")
                         with tracing.span("owner.timeout", key):
-                            await self._carry_out(key, row, effects)
+                            self._add(work, key, row, effects)
                 except Exception:
                     log.exception("tick of episode %s failed", key)
+            try:
+                await self._commit(work)
+            except Exception:
+                log.exception("a tick failed; rebuilding (the next tick decides again)")
+                await self._rebuild({row.partition for row in work.rows.values()} & self.ready)
 
     # -- effects -------------------------------------------------------------------------------------------
 
-    def _track(self, key: str, row: Row) -> None:
-        """Keep the deadline index (what `tick` scans) in step with the row."""
-        out = row.state.outstanding
-        if out is None or row.state.episode.is_terminal:
-            self.deadlines.pop(key, None)
-        else:
-            self.deadlines[key] = (row.partition, out.deadline_us)
-
     def _row(self, key: str, partition: int) -> Row:
-        data = self.rows.get(key)
+        row = self.live.get(key)
+        if row is not None:
+            return row
+        data = self.rows.get(key)  # an ended episode (live rows are in flight only), or a new one
         if data is None:
             return Row(OwnerState.new(key), partition)
         return Row.decode(data)
 
-    async def _carry_out(self, key: str, row: Row, effects: Effects) -> None:
-        """Events, requests, trajectory; every ack; then the row (see the module doc for why this order)."""
+    def _add(self, work: _Work, key: str, row: Row, effects: Effects) -> None:
+        """Queue the effects' records (events, requests, trajectory) and the row they make."""
         key_bytes = key.encode()
-        event_acks = [await self.bus.send(self.topic(EVENTS), key_bytes, ev.data) for ev in effects.events]
-        other_acks = [
-            await self.bus.send(self._request_topic(request), key_bytes, self._encode(request))
-            for request in effects.requests
-        ]
+        for event in effects.events:
+            work.send(self.topic(EVENTS), key_bytes, event.data, row.partition)
+        for request in effects.requests:
+            work.send(self._request_topic(request), key_bytes, self._encode(request))
         trajectory = effects.trajectory
         if trajectory is not None:
             if isinstance(trajectory, TrajectoryCompleted):
                 topic, tkey = "trajectories.completed", trajectory.meta.task_id
             else:
                 topic, tkey = "trajectories.failed", trajectory.meta.episode_id
-            other_acks.append(await self.bus.send(self.topic(topic), tkey.encode(), self._encode(trajectory)))
-        offsets = [await ack for ack in event_acks]
-        for ack in other_acks:
-            await ack
-        log_offset = max([row.log_offset, *offsets])
+            work.send(self.topic(topic), tkey.encode(), self._encode(trajectory))
+        events = (*row.events, *(event.data for event in effects.events))
+        work.change(key, replace(row, state=effects.state, events=events))
+        work.appended += len(effects.events)
+        if effects.events:
+            work.logged.append((effects.state.episode, effects.events))
+
+    async def _commit(self, work: _Work) -> None:
+        """Send every record, await every ack (one flush), then write each changed row once."""
+        acks = [
+            await self.bus.send(topic, key, value, headers) for topic, key, value, _, headers in work.records
+        ]
+        offsets = await asyncio.gather(*acks)
+        if not work.rows:
+            return
         if self.before_row_write is not None:
             self.before_row_write()
-        written = Row(effects.state, row.partition, log_offset)
-        self.rows[key] = written.encode()
-        self._track(key, written)
-        telemetry_episodes.appended(effects.state.episode, effects.events)
-        if effects.events:
-            self._count("appended")
+        for key, row in work.rows.items():
+            written = replace(row, watermark=self.watermarks.get(row.partition, -1))
+            self.rows.put(row.partition, key, written.encode())
+            self._remember(key, written)
+        for (_topic, _key, _value, partition, _headers), offset in zip(work.records, offsets, strict=True):
+            if partition is not None:
+                self.watermarks[partition] = max(self.watermarks.get(partition, -1), offset)
+        if work.appended:
+            self._count("appended", work.appended)
+        for episode, events in work.logged:
+            telemetry_episodes.appended(episode, events)
+
+    def _remember(self, key: str, row: Row) -> None:
+        """Keep the rows in memory and the deadline index (what `tick` scans) in step with the table."""
+        if row.state.episode.is_terminal:
+            self.live.pop(key, None)
+        else:
+            self.live[key] = row
+        out = row.state.outstanding
+        if out is None or row.state.episode.is_terminal:
+            self.deadlines.pop(key, None)
+        else:
+            self.deadlines[key] = (row.partition, out.deadline_us)
 
     def _request_topic(self, request: Request) -> str:
         return self.topic(_REQUEST_TOPICS[type(request)])
@@ -377,7 +534,7 @@ class EpisodeWorker:
     def _encode(record: Record) -> bytes:
         return default_codec().encode(record)
 
-    async def _dead_letter(self, record: Input, reason: str, detail: str) -> None:
+    def _dead_letter(self, work: _Work, record: Input, reason: str, detail: str) -> None:
         self._count(f"deadletter.{reason}")
         metrics.dead_letter(reason, "streams")
         letter = DeadLetter(
@@ -390,11 +547,7 @@ class EpisodeWorker:
             reason,
             detail[:2000],
         )
-        try:
-            ack = await self.bus.send(self.topic(DEADLETTER), record.key, self._encode(letter))
-            await ack
-        except Exception:
-            log.exception("dead letter for %s[%d]@%d not sent", record.topic, record.partition, record.offset)
+        work.send(self.topic(DEADLETTER), record.key, self._encode(letter))
 
 
 # -- entry point ---------------------------------------------------------------------------------------
@@ -426,8 +579,27 @@ def run_from_args(args: argparse.Namespace) -> int:
 
         data_dir = str(Paths.from_env().component("streams") / f"data-{args.instance}")
     settings = Settings(bootstrap, args.run, data_dir, args.instance, args.standby_replicas)
+    if not _kafka_answers(bootstrap):
+        return 1
     start_from_args(args, "trialog-streams")
     return run_worker(settings)
+
+
+def _kafka_answers(bootstrap: str) -> bool:
+    """Wait for Kafka before starting Faust (started during a broker restart, it would fail at once)."""
+    import signal
+    import threading
+    from signal import SIGINT, SIGTERM
+
+    from ops.kafka_serving import connected
+
+    stopping = threading.Event()
+    previous = {signum: signal.signal(signum, lambda *_: stopping.set()) for signum in (SIGTERM, SIGINT)}
+    try:
+        return connected(bootstrap, stopping, lambda line: print(line, flush=True))
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def main(argv: list[str] | None = None) -> int:

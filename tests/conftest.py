@@ -16,7 +16,14 @@ import docker.errors
 import pytest
 
 from ops.paths import Paths
-from ops.testing import CONTAINER_LABEL, JaegerProcess, KafkaContainer, use_stack_engine
+from ops.testing import (
+    CONTAINER_LABEL,
+    LEGACY_LABEL,
+    JaegerProcess,
+    KafkaContainer,
+    leftover,
+    use_stack_engine,
+)
 
 TESTS_ROOT = Path(__file__).parent
 
@@ -44,10 +51,20 @@ def docker_client(stack_paths: Paths) -> Iterator[docker.DockerClient]:
 
 
 def _remove_test_containers(client: docker.DockerClient) -> None:
+    """This session's containers and those left by sessions that are gone, never another session's."""
     for container in client.containers.list(all=True, filters={"label": CONTAINER_LABEL}):
-        # Another test session on the same engine (a second checkout) may remove it first.
-        with contextlib.suppress(docker.errors.NotFound):
-            container.remove(force=True)
+        if leftover(container.labels):
+            _remove(container)
+    for container in client.containers.list(all=True, filters={"label": LEGACY_LABEL}):
+        if container.status != "running":
+            _remove(container)
+
+
+def _remove(container: docker.models.containers.Container) -> None:
+    # Another test session on the same engine (a second checkout) may remove it first (NotFound, or 409
+    # "removal already in progress").
+    with contextlib.suppress(docker.errors.APIError):
+        container.remove(force=True)
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,10 @@
 `register(subparsers)` adds the `rollout` command to a `worker` command group. Plugins: `scripted` plays
 the actions of `--actions FILE` (`{task id: [tool call, ...]}`, see `actors.rollout.policy`) and/or the
 reference solutions of the tasks under `--solutions DIR`; `random` draws among harmless commands and
-submit, seeded by each request's sampling seed and step.
+submit, seeded by each request's sampling seed and step; `llm` samples from a language model (`--model DIR`,
+default: the folder `trialog model prepare` made) through a backend (`torch` on CPU or GPU, `vllm` on a GPU),
+answering up to `--batch` queued requests with one batched generate. With `--versions-run RUN` it loads
+the weights RUN's learner publishes between requests (`--pin-version V`: version V only, for evaluations).
 """
 
 from __future__ import annotations
@@ -14,13 +17,19 @@ import os
 import signal
 import socket
 import sys
+import time
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from actors.rollout.policy import Policy
 from ops.telemetry import config as telemetry_config
 
-POLICIES = ("scripted", "random")
+if TYPE_CHECKING:
+    from actors.rollout.weights import WeightsWatcher
+
+POLICIES = ("scripted", "random", "llm")
+BACKENDS = ("torch", "vllm")
 
 
 def register(workers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -34,6 +43,7 @@ def register(workers: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         "--solutions", type=Path, action="append", default=[],
         help="scripted: play the reference solution of each task under DIR (repeatable)",
     )  # fmt: skip
+    add_llm_arguments(command)
     command.add_argument("--bootstrap", help="Kafka bootstrap servers (default: the local stack's broker)")
     command.add_argument("--run", default="", help="the run's topic prefix (default: none)")
     command.add_argument(
@@ -44,10 +54,42 @@ def register(workers: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     command.set_defaults(handler=_cmd_worker_rollout)
 
 
+def add_llm_arguments(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--model", type=Path, help="llm: the model folder (default: the one `trialog model prepare` made)"
+    )
+    command.add_argument("--backend", choices=BACKENDS, default="torch", help="llm: generation backend")
+    command.add_argument("--device", default="cpu", help="llm: cpu or cuda (default cpu)")
+    command.add_argument(
+        "--max-new-tokens", type=int, default=512, help="llm: most tokens per reply (default 512)"
+    )
+    command.add_argument(
+        "--batch", type=int, default=1, help="llm: queued requests answered per batched generate (default 1)"
+    )
+    command.add_argument(
+        "--versions-run",
+        metavar="RUN",
+        help="llm: hot-swap the weights the learner of RUN publishes on RUN.policy.versions (default: none)",
+    )
+    command.add_argument(
+        "--pin-version",
+        type=int,
+        metavar="V",
+        help="llm: load version V of --versions-run only, and wait for it before answering (evaluations)",
+    )
+    command.add_argument(
+        "--objects", type=Path, help="llm: the object store holding published weights (default: the stack's)"
+    )
+
+
 def make_policy(args: argparse.Namespace) -> Policy:
     """The plugin the arguments name; ValueError when they do not make one."""
     from actors.rollout.plugins import RandomPolicy, ScriptedPolicy
 
+    if args.policy == "llm":
+        return _llm_policy(args)
+    if args.batch != 1:
+        raise ValueError("--batch is for --policy llm")
     if args.policy == "random":
         if args.actions or args.solutions:
             raise ValueError("--actions and --solutions are for --policy scripted")
@@ -58,8 +100,69 @@ def make_policy(args: argparse.Namespace) -> Policy:
     return policy.merged(ScriptedPolicy.from_file(args.actions)) if args.actions else policy
 
 
+def _llm_policy(args: argparse.Namespace) -> Policy:
+    from actors.rollout.llm import load_llm_policy
+
+    if args.actions or args.solutions:
+        raise ValueError("--actions and --solutions are for --policy scripted")
+    if args.batch < 1 or args.max_new_tokens < 1:
+        raise ValueError("--batch and --max-new-tokens must be at least 1")
+    model = args.model
+    if model is None:
+        from learner.model import prepare_model
+        from ops.paths import Paths
+
+        model = prepare_model(Paths.from_env().cache)
+    return load_llm_policy(
+        model, backend=args.backend, device=args.device, max_new_tokens=args.max_new_tokens
+    )
+
+
+PIN_WAIT_S = 300.0
+
+
+def _weights(args: argparse.Namespace, policy: Policy, bootstrap: str) -> WeightsWatcher | None:
+    """The hot-swap watcher `--versions-run` asks for (None without it); with `--pin-version`, only once
+    the pinned version is loaded: an evaluation must never answer with other weights."""
+    from actors.rollout.weights import KafkaPublications, TorchModelTarget, WeightsWatcher
+    from ops.console import StackError, say
+    from ops.paths import Paths
+    from schemas.blobs import LocalObjectStore
+
+    if args.versions_run is None:
+        if args.pin_version is not None:
+            raise StackError("trialog worker rollout: --pin-version needs --versions-run", "add it")
+        return None
+    model = getattr(getattr(policy, "backend", None), "model", None)
+    if args.policy != "llm" or model is None:
+        raise StackError(
+            "trialog worker rollout: --versions-run needs --policy llm --backend torch", "fix it"
+        )
+    store = LocalObjectStore(args.objects or Paths.from_env().objects)
+    watcher = WeightsWatcher(
+        KafkaPublications(bootstrap, args.versions_run),
+        store,
+        TorchModelTarget(model),
+        args.versions_run,
+        pin=args.pin_version,
+    )
+    if args.pin_version is not None:
+        give_up = time.monotonic() + PIN_WAIT_S
+        while watcher.refresh() != args.pin_version:
+            if time.monotonic() > give_up or args.pin_version in watcher.refused:
+                raise StackError(
+                    f"trialog worker rollout: version {args.pin_version} of {args.versions_run} could not "
+                    f"be loaded within {PIN_WAIT_S:.0f} s",
+                    "check the learner's publications (trialog replay / policy.versions)",
+                )
+            time.sleep(1.0)
+        say(f"rollout: pinned to policy version {args.pin_version} of {args.versions_run}")
+    return watcher
+
+
 def _cmd_worker_rollout(args: argparse.Namespace) -> int:
     from actors.kafka_loop import LoopSettings, RequestLoop
+    from actors.rollout.vllm_backend import BackendUnavailable
     from actors.rollout.worker import ROUTE, RolloutWorker
     from actors.tasks.spec import TaskError
     from ops.console import StackError, say
@@ -70,12 +173,13 @@ def _cmd_worker_rollout(args: argparse.Namespace) -> int:
 
     try:
         policy = make_policy(args)
-    except (ValueError, TaskError) as exc:
+    except (ValueError, TaskError, BackendUnavailable) as exc:
         raise StackError(f"trialog worker rollout: {exc}", "fix the policy options") from None
     bootstrap = args.bootstrap or StackConfig.load(Paths.from_env()).kafka.bootstrap
     origin = Origin.system("rollout", args.instance)
-    worker = RolloutWorker(policy, origin)
-    loop = RequestLoop(ROUTE, worker.handle, LoopSettings(bootstrap, args.group, args.run), origin)
+    worker = RolloutWorker(policy, origin, _weights(args, policy, bootstrap))
+    settings = LoopSettings(bootstrap, args.group, args.run, max_batch=args.batch)
+    loop = RequestLoop(ROUTE, worker.handle, settings, origin, handle_batch=worker.handle_batch)
 
     def stop(signum: int, frame: FrameType | None) -> None:
         loop.stopping.set()

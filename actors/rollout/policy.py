@@ -10,7 +10,8 @@ plugin is a function of the request. `scripted` and `random` are, by constructio
 seeded from `sampling.seed` and the step); a sampling LLM is only if it seeds its sampler the same way.
 Either way the owner accepts only the first answer for a key, so a second one never reaches the log.
 
-Tool calls are written as one JSON object: `{"tool": "run", "command": ...}`,
+Tool calls are written as one JSON object (the LLM scaffold also reads Markdown forms, see
+`markdown_actions`): `{"tool": "run", "command": ...}`,
 `{"tool": "write_file", "path": ..., "content": ...}`, `{"tool": "apply_patch", "diff": ...}`,
 `{"tool": "submit", "message": ...}`; `render_action` and `parse_action` convert both ways. Scripted
 policies' action files use the same objects.
@@ -75,7 +76,7 @@ def action_json(action: Action) -> dict[str, str]:
             return {"tool": "apply_patch", "diff": diff}
         case Submit(message=message):
             return {"tool": "submit", "message": message}
-    raise ValueError(f"cannot render {action!r} as text (content held by reference)")
+    raise ValueError(f"cannot render {action!r} as a tool call (content held by reference, or no tool call)")
 
 
 def render_action(action: Action) -> str:

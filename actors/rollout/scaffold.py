@@ -1,39 +1,45 @@
-"""The agent scaffold: an episode's history as chat messages for the model, and its reply as one tool call.
+"""The agent scaffold: an episode's history as chat messages for the model, and its reply as one action.
 
-Rendering: a system message that names the four tools and the one reply format, the task's instruction,
-then per executed step the model's own reply (assistant) and what it caused (user: exit code, bounded
-stdout/stderr, flags). The model's exact earlier replies are replayed, not re-rendered, so the tokens it is
-conditioned on are the tokens it produced.
+Rendering: a short system message that teaches the reply forms with one worked example, the task's
+instruction, then per executed step the model's own reply (assistant) and what it caused (user: exit code,
+bounded stdout/stderr, flags). The model's exact earlier replies are replayed, not re-rendered, so the
+tokens it is conditioned on are the tokens it produced.
 
-Parsing is tolerant about where the call is and strict about what it is: the first JSON object with a
-"tool" key anywhere in the reply (bare, or in a ```json fence), checked by `parse_action`. A reply with no
-such object, or a malformed one, gives a `ReplyError` whose `message` is written for the model (what was
-wrong and the expected form); the pipeline turns it into an observation and counts the step.
+Parsing (`markdown_actions`): the first action the reply writes, as a code block naming its file, a line
+`run: COMMAND`, a line `submit`, or a JSON tool call. A reply with none, or a malformed tool call, gives a
+`ReplyError` whose `message` is written for the model (what was wrong and the expected form); the policy
+proposes it as an `InvalidReply`, which the pipeline records as a step whose observation is that message.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from actors.rollout.policy import parse_action
-from schemas.actions import Action, ApplyPatch, RunCommand, Submit, WriteFile
+from actors.rollout.markdown_actions import MalformedCall, json_objects, markdown_action
+from schemas.actions import Action, ApplyPatch, InvalidReply, RunCommand, Submit, WriteFile
 from schemas.common import Output
-from schemas.events import StepExecuted
+from schemas.events import StepExecuted, StepRecord
 from schemas.requests import PolicyRequest
 
 SYSTEM_PROMPT = """\
-You are a software engineer working in a Linux sandbox on a Python repository in /workspace.
-Each turn, reply with exactly one tool call, a JSON object on its own line:
-{"tool": "run", "command": "python3 -m pytest -q"}
-{"tool": "write_file", "path": "calc.py", "content": "def add(a, b):\\n    return a + b\\n"}
-{"tool": "apply_patch", "diff": "<a unified diff, paths relative to /workspace>"}
-{"tool": "submit"}
-Run commands to look around and test, change files, and submit when the task is done. Hidden tests grade
-the result; do not change the visible tests."""
+You are a software engineer. You fix a Python repository in /workspace, one action per reply.
+Actions:
+- write a whole file: a code block whose first line names the file
+- run a shell command: a line run: COMMAND
+- finish (hidden tests then grade your work): a line submit
+Example. Task: make add() in calc.py return the sum. Your reply:
+```python
+# calc.py
+def add(a, b):
+    return a + b
+```"""
 
-FORMAT_HINT = 'Reply with exactly one JSON tool call, for example {"tool": "run", "command": "ls"}.'
+FORMAT_HINT = (
+    "Reply with one action: a code block whose first line names the file (# calc.py), "
+    "or a line run: COMMAND, or a line submit."
+)
 OBSERVATION_CHARS = 2000  # per stream: a small model's context is short
 
 
@@ -46,15 +52,27 @@ class ReplyError:
 
 def messages(request: PolicyRequest) -> list[dict[str, str]]:
     """The chat for the next turn: system, the task, then each executed step's reply and observation."""
-    chat = [
+    steps = step_messages(request.history)
+    return head_messages(request.instruction) + [message for step in steps for message in step]
+
+
+def head_messages(instruction: str) -> list[dict[str, str]]:
+    """The part of the chat every turn starts with: the system prompt and the task."""
+    return [
         {"role": "system", "content": SYSTEM_PROMPT},
-        {"role": "user", "content": f"Task:\n{request.instruction.strip()}"},
+        {"role": "user", "content": f"Task:\n{instruction.strip()}"},
     ]
-    for step in request.history:
-        chat.append({"role": "assistant", "content": _reply_text(step.action.response)})
+
+
+def step_messages(history: Sequence[StepRecord]) -> list[list[dict[str, str]]]:
+    """Per executed step, oldest first: the model's reply and the observation it caused."""
+    steps = []
+    for step in history:
+        turn = [{"role": "assistant", "content": _reply_text(step.action.response)}]
         if step.result is not None:
-            chat.append({"role": "user", "content": observation(step.result)})
-    return chat
+            turn.append({"role": "user", "content": observation(step.result)})
+        steps.append(turn)
+    return steps
 
 
 def _reply_text(response: object) -> str:
@@ -81,46 +99,31 @@ def _stream(name: str, output: Output) -> list[str]:
 
 
 def parse_reply(reply: str) -> Action | ReplyError:
-    """The tool call in a model's reply, or what is wrong with it."""
-    problems: list[str] = []
-    for candidate in _json_objects(reply):
-        try:
-            call = json.loads(candidate)
-        except json.JSONDecodeError as exc:
-            problems.append(f"not valid JSON ({exc.msg})")
-            continue
-        if not isinstance(call, dict) or "tool" not in call:
-            continue
-        try:
-            return parse_action(call)
-        except ValueError as exc:
-            return ReplyError(f"Your tool call is not valid: {exc}. {FORMAT_HINT}")
-    if problems:
-        return ReplyError(f"Your reply has a JSON object that is {problems[0]}. {FORMAT_HINT}")
-    return ReplyError(f"Your reply has no tool call. {FORMAT_HINT}")
+    """The action in a model's reply (Markdown or a JSON tool call), or what is wrong with it."""
+    try:
+        action = markdown_action(reply)
+    except MalformedCall as exc:
+        return ReplyError(f"Your tool call is not valid: {exc}. {FORMAT_HINT}")
+    if action is not None:
+        return action
+    return ReplyError(f"{_why_not(reply)} {FORMAT_HINT}")
 
 
-def _json_objects(text: str) -> Iterator[str]:
-    """Every balanced {...} span, outermost first, skipping braces inside JSON strings."""
-    start, depth, in_string, escaped = -1, 0, False, False
-    for index, char in enumerate(text):
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-            continue
-        if char == '"' and depth:
-            in_string = True
-        elif char == "{":
-            start = index if depth == 0 else start
-            depth += 1
-        elif char == "}" and depth:
-            depth -= 1
-            if depth == 0:
-                yield text[start : index + 1]
+def _why_not(reply: str) -> str:
+    for _, candidate in json_objects(reply):
+        if '"tool"' in candidate:
+            try:
+                json.loads(candidate)
+            except json.JSONDecodeError as exc:
+                return f"Your reply has a JSON tool call that is not valid JSON ({exc.msg})."
+    if "```" in reply:
+        return "Your code block does not name its file: put the file name on its first line."
+    return "Your reply has no action."
+
+
+def invalid_reply(reply: str, error: ReplyError) -> InvalidReply:
+    """What the policy proposes when its reply is no action: a step whose observation is the error."""
+    return InvalidReply.of(error.message, reply)
 
 
 def describe(action: Action) -> str:
@@ -134,4 +137,6 @@ def describe(action: Action) -> str:
             return "apply_patch"
         case Submit():
             return "submit"
+        case InvalidReply(error=error):
+            return f"invalid reply: {error[:60]}"
     return type(action).__name__

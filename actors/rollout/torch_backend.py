@@ -2,24 +2,25 @@
 
 The log-probability recorded for a sampled token is log softmax(logits / temperature) at that position:
 the distribution the token was drawn from, before top-p truncation (the learner recomputes the same
-quantity, so an on-policy ratio is exactly 1). Prompts are left-padded into one batch; a sequence ends at
-the model's end-of-sequence token ("stop") or at `max_new_tokens` ("length"). Runs on CPU or GPU unchanged.
+quantity, so an on-policy ratio is exactly 1). A sequence ends at the model's end-of-sequence token
+("stop") or at `max_new_tokens` ("length"). Runs on CPU or GPU unchanged.
+
+Every row has its own seed and its own `torch.Generator`, and the decoding loop is ours (a KV cache, left
+padding with matching position ids): a row's draws come only from its own generator, so a request gets the
+same tokens alone or batched with any others (up to float rounding of the batched matmuls), and a
+redelivered request is answered alike. The global torch RNG is never touched.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from actors.rollout.generation import Generation
 
-@dataclass(frozen=True)
-class Generation:
-    token_ids: tuple[int, ...]
-    logprobs: tuple[float, ...]
-    finish_reason: str  # "stop" | "length"
+__all__ = ["Generation", "TorchBackend"]
 
 
 class TorchBackend:
@@ -40,32 +41,83 @@ class TorchBackend:
         temperature: float = 1.0,
         top_p: float = 1.0,
         seed: int = 0,
+        seeds: Sequence[int] | None = None,
     ) -> list[Generation]:
+        """One generation per prompt; row i draws from a generator seeded with `seeds[i]` (else `seed`)."""
+        row_seeds = [seed] * len(prompts) if seeds is None else list(seeds)
+        if len(row_seeds) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts but {len(row_seeds)} seeds")
         input_ids, attention = self._left_pad(prompts)
-        generator_state = torch.random.get_rng_state()
-        torch.manual_seed(seed)  # the sampler's randomness comes from the request's seed: reproducible
-        try:
-            with torch.no_grad():
-                out = self.model.generate(
-                    input_ids=input_ids,
-                    attention_mask=attention,
-                    max_new_tokens=max_new_tokens,
-                    do_sample=temperature > 0,
-                    temperature=temperature if temperature > 0 else None,
-                    top_p=top_p if temperature > 0 else None,
-                    top_k=None,
-                    output_logits=True,
-                    return_dict_in_generate=True,
-                    pad_token_id=self.pad,
-                    eos_token_id=self.eos,
-                )
-        finally:
-            torch.random.set_rng_state(generator_state)
-        new_tokens = out.sequences[:, input_ids.shape[1] :]
-        logits = torch.stack(out.logits, dim=1).float()  # [B, steps, vocab]
-        scale = temperature if temperature > 0 else 1.0
-        logprobs = torch.log_softmax(logits / scale, dim=-1).gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1)
-        return [self._trim(new_tokens[row], logprobs[row]) for row in range(len(prompts))]
+        generators = [self._generator(s) for s in row_seeds]
+        with torch.no_grad():
+            tokens, logprobs = self._decode(
+                input_ids, attention, generators, max_new_tokens, temperature, top_p
+            )
+        return [self._trim(tokens[row], logprobs[row]) for row in range(len(prompts))]
+
+    def _generator(self, seed: int) -> torch.Generator:
+        generator = torch.Generator(device=self.device)
+        generator.manual_seed(seed & 0xFFFF_FFFF_FFFF_FFFF)
+        return generator
+
+    def _decode(
+        self,
+        input_ids: torch.Tensor,
+        attention: torch.Tensor,
+        generators: list[torch.Generator],
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float,
+    ) -> tuple[list[list[int]], list[list[float]]]:
+        rows = input_ids.shape[0]
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        tokens: list[list[int]] = [[] for _ in range(rows)]
+        logprobs: list[list[float]] = [[] for _ in range(rows)]
+        done = [False] * rows
+        past: Any = None
+        step_ids, step_positions = input_ids, positions
+        for _ in range(max_new_tokens):
+            out = self.model(
+                input_ids=step_ids,
+                attention_mask=attention,
+                position_ids=step_positions,
+                past_key_values=past,
+                use_cache=True,
+                logits_to_keep=1,  # only the last position is sampled: no vocabulary matmul elsewhere
+            )
+            past = out.past_key_values
+            logits = out.logits[:, -1, :].float()
+            chosen = self._choose(logits, generators, done, temperature, top_p)
+            scale = temperature if temperature > 0 else 1.0
+            logp = torch.log_softmax(logits / scale, dim=-1).gather(-1, chosen.unsqueeze(-1)).squeeze(-1)
+            for row in range(rows):
+                if not done[row]:
+                    tokens[row].append(int(chosen[row]))
+                    logprobs[row].append(float(logp[row]))
+                    done[row] = int(chosen[row]) == self.eos
+            if all(done):
+                break
+            step_ids = chosen.unsqueeze(-1)
+            step_positions = step_positions[:, -1:] + 1
+            attention = torch.cat([attention, attention.new_ones((rows, 1))], dim=-1)
+        return tokens, logprobs
+
+    def _choose(
+        self,
+        logits: torch.Tensor,
+        generators: list[torch.Generator],
+        done: list[bool],
+        temperature: float,
+        top_p: float,
+    ) -> torch.Tensor:
+        if temperature <= 0:
+            return logits.argmax(dim=-1)
+        probs = _nucleus(torch.softmax(logits / temperature, dim=-1), top_p)
+        chosen = torch.full((logits.shape[0],), self.pad, dtype=torch.long, device=logits.device)
+        for row, generator in enumerate(generators):
+            if not done[row]:  # a finished row draws nothing: its generator's stream stays its own
+                chosen[row] = torch.multinomial(probs[row], 1, generator=generator)[0]
+        return chosen
 
     def _left_pad(self, prompts: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         if not prompts or any(len(p) == 0 for p in prompts):
@@ -78,9 +130,18 @@ class TorchBackend:
             attention[row, width - len(prompt) :] = 1
         return ids.to(self.device), attention.to(self.device)
 
-    def _trim(self, tokens: torch.Tensor, logprobs: torch.Tensor) -> Generation:
-        ids = tokens.tolist()
-        if self.eos in ids:
-            end = ids.index(self.eos) + 1  # the end-of-sequence token is the policy's own action too
-            return Generation(tuple(ids[:end]), tuple(logprobs[:end].tolist()), "stop")
-        return Generation(tuple(ids), tuple(logprobs.tolist()), "length")
+    def _trim(self, tokens: list[int], logprobs: list[float]) -> Generation:
+        # The end-of-sequence token is kept: it is the policy's own action too (ending its turn).
+        reason = "stop" if tokens and tokens[-1] == self.eos else "length"
+        return Generation(tuple(tokens), tuple(logprobs), reason)
+
+
+def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """`probs` restricted to the smallest set of tokens whose mass reaches `top_p`, renormalised."""
+    if top_p >= 1.0:
+        return probs
+    ordered, order = probs.sort(dim=-1, descending=True)
+    outside = ordered.cumsum(dim=-1) - ordered > top_p  # the mass before a token already reaches top_p
+    ordered = ordered.masked_fill(outside, 0.0)
+    kept = torch.zeros_like(probs).scatter(-1, order, ordered)
+    return kept / kept.sum(dim=-1, keepdim=True)

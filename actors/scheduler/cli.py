@@ -33,6 +33,10 @@ def add_target_arguments(command: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     command.add_argument("--seed", type=int, default=0, help="seed of the task draw (default 0)")
     command.add_argument(
+        "--round-robin", action="store_true",
+        help="give groups the tasks in turn (sorted by id) instead of drawing them: every task equally",
+    )  # fmt: skip
+    command.add_argument(
         "--max-steps", type=int, default=DEFAULT_MAX_STEPS,
         help=f"actions per episode, submit included (default {DEFAULT_MAX_STEPS})",
     )  # fmt: skip
@@ -61,6 +65,7 @@ def target_from_args(args: argparse.Namespace) -> Target:
         capacity=args.capacity,
         seed=args.seed,
         max_steps=args.max_steps,
+        round_robin=args.round_robin,
     )
 
 

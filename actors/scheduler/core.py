@@ -13,8 +13,9 @@ Rules:
   that read its earlier commands back starts none twice.
 * Episodes come in groups of G on one task (group-relative advantages): episode i belongs to group i // G;
   the group's task is drawn from the sorted task ids with a generator seeded by (seed, group), so the draw
-  does not depend on when or how often the scheduler ran. A group already begun keeps the task (and
-  version) of its first command. Each episode's sampling seed is drawn from (seed, i).
+  does not depend on when or how often the scheduler ran; with `round_robin`, group g takes the g-th task
+  of the sorted ids (modulo their count), so an evaluation covers every task equally. A group already
+  begun keeps the task (and version) of its first command. Each episode's sampling seed comes from (seed, i).
 * Ids and times come from the injected `Origin` (its `IdSource` and `Clock`); nothing else is read.
 """
 
@@ -45,6 +46,7 @@ class Target:
     seed: int = 0
     max_steps: int = DEFAULT_MAX_STEPS
     policy_version: int = 0
+    round_robin: bool = False  # tasks in turn instead of drawn: evaluations cover every task equally
 
     def __post_init__(self) -> None:
         if self.episodes < 0:
@@ -117,8 +119,10 @@ class SchedulerState:
 
 
 def group_task(target: Target, group: int, tasks: Mapping[str, TaskRef]) -> TaskRef:
-    """The task of `group`, drawn from the sorted task ids with a generator seeded by (seed, group)."""
+    """The task of `group`: the next in turn, or drawn from the sorted ids seeded by (seed, group)."""
     ids = sorted(tasks)
+    if target.round_robin:
+        return tasks[ids[group % len(ids)]]
     return tasks[random.Random(f"{target.seed}:group:{group}").choice(ids)]
 
 

@@ -6,10 +6,15 @@ episode on `trajectories.completed` / `trajectories.failed`, each read from the 
 follows the trajectory topics (partitions assigned by hand, offsets committed under the group
 `<run>.trialog-scheduler` for visibility) and the tasks topic, and sends what `core.decide` asks for,
 each command acknowledged (acks=all) before it counts as started. It exits 0 once N episodes have ended.
+
+Kafka unreachable (a broker restart): at start-up it waits for the broker (`ops.kafka_serving.connected`);
+afterwards a command's send is waited for until the broker acknowledges it (never sent again, which could
+start an extra episode), and a failed offset commit is skipped (the offsets are for visibility only).
 """
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import socket
 import sys
@@ -20,8 +25,11 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
+from kafka.errors import KafkaError, KafkaTimeoutError
+
 from actors.scheduler.core import SchedulerState, Target, decide, progress
 from actors.scheduler.log import assign_all, decoded, read_to_end
+from ops.kafka_serving import METADATA_MAX_AGE_MS, connected, poll
 from ops.telemetry import tracing
 from ops.telemetry.attributes import record_attributes
 from ops.topics import ensure_topics, topic_name
@@ -85,11 +93,16 @@ class SchedulerProcess:
         from kafka import KafkaConsumer, KafkaProducer
 
         settings, target = self.settings, self.settings.target
+        if not connected(settings.bootstrap, self.stopping, self.say):
+            return 1
         ensure_topics(settings.bootstrap, target.run_id)
         self.rebuild()
         self.say(f"{progress(self.state, target)} (read back; {len(self.state.tasks)} tasks)")
         consumer = KafkaConsumer(
-            bootstrap_servers=settings.bootstrap, group_id=settings.group_id, enable_auto_commit=False
+            bootstrap_servers=settings.bootstrap,
+            group_id=settings.group_id,
+            enable_auto_commit=False,
+            metadata_max_age_ms=METADATA_MAX_AGE_MS,
         )
         producer = KafkaProducer(bootstrap_servers=settings.bootstrap, acks="all")
         try:
@@ -116,26 +129,42 @@ class SchedulerProcess:
                 return 1
             for command in decide(self.state, target, self.origin):
                 with tracing.span("scheduler.start_episode", command.episode_id, record_attributes(command)):
-                    producer.send(
+                    sent = producer.send(
                         self.topics["episode.commands"],
                         key=command.episode_id.encode(),
                         value=codec.encode(command),
                         headers=tracing.outgoing_headers(),  # the owner's span hangs under this one
-                    ).get(SEND_TIMEOUT_S)
+                    )
+                    self._acknowledged(sent)
                 self.state.observe_start(command, target.run_id)
                 self.sent += 1
             line = progress(self.state, target)
             if line != last:
                 self.say(line)
                 last = line
-            batch = consumer.poll(timeout_ms=settings.poll_timeout_ms)
+            batch = poll(consumer, settings.poll_timeout_ms, self.stopping)
             for records in batch.values():
                 for _topic, value in decoded(records):
                     self.observe(value)
             if batch:
-                consumer.commit()
+                with contextlib.suppress(
+                    KafkaError
+                ):  # for visibility only: the state is rebuilt from the log
+                    consumer.commit()
         self.say(f"{progress(self.state, target)}: stopped")
         return 1
+
+    def _acknowledged(self, sent: Any) -> None:
+        """Wait until the broker acknowledged a send. The producer keeps retrying it (idempotent, so it
+        lands once) while the broker is away; the scheduler waits rather than sending it again."""
+        while True:
+            try:
+                sent.get(SEND_TIMEOUT_S)
+                return
+            except KafkaTimeoutError:
+                if sent.is_done:  # given up by the producer: nothing to wait for
+                    raise
+                self.say("Kafka has not acknowledged a StartEpisode yet; still waiting")
 
 
 def run_scheduler(settings: SchedulerSettings, instance: str | None = None) -> int:

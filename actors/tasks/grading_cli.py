@@ -17,8 +17,9 @@ from pathlib import Path
 from actors.tasks.spec import Task, TaskError, find_tasks, load_task
 from actors.tasks.validate import Admission, TaskValidation, Verifier, validate_all
 from actors.tasks.verify import Verification, print_human, task_quotas, verify
-from ops.console import Progress, StackError
+from ops.console import StackError
 from ops.paths import Paths
+from ops.progress import ProgressBar
 from sandbox_agent.limits import SandboxSpec
 
 EXIT_OK, EXIT_FOUND, EXIT_ERROR = 0, 1, 2
@@ -94,19 +95,20 @@ def _validate(args: argparse.Namespace, command: str) -> list[TaskValidation] | 
     except TaskError as exc:
         print(f"trialog tasks {command}: {exc}", file=sys.stderr)
         return None
-    progress = Progress(len(folders), f"validating {len(folders)} tasks x {args.runs} runs")
+    label = f"validating {len(folders)} tasks x {args.runs} runs"
+    with ProgressBar(len(folders), label, quiet=args.json) as progress:
 
-    def done(result: TaskValidation) -> None:
-        progress.advance(f"{result.task_id or result.path}: {result.verdict.value}")
-        if args.json:
-            print(json.dumps(result.to_json()), flush=True)
+        def done(result: TaskValidation) -> None:
+            progress.advance(f"{result.task_id or result.path}: {result.verdict.value}")
+            if args.json:
+                print(json.dumps(result.to_json()), flush=True)
 
-    try:
-        with _sandbox_verifier() as run:
-            results = validate_all(folders, run, runs=args.runs, jobs=args.jobs, on_done=done)
-    except StackError as exc:
-        print(f"trialog tasks {command}: {exc}", file=sys.stderr)
-        return None
+        try:
+            with _sandbox_verifier() as run:
+                results = validate_all(folders, run, runs=args.runs, jobs=args.jobs, on_done=done)
+        except StackError as exc:
+            print(f"trialog tasks {command}: {exc}", file=sys.stderr)
+            return None
     if not args.json:
         for result in results:
             why = f"  ({'; '.join(result.reasons)})" if result.reasons else ""

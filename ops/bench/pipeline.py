@@ -5,7 +5,12 @@ this process plays null rollout, sandbox and verifier workers that answer every 
 arrives (scripted: `run true` for S steps, then submit). Per step we measure the time from sending an
 answer to receiving the owner's next request for that episode: Kafka there and back plus the streams
 worker's decode, fold, append, acks and table write, i.e. everything that is not the policy or the sandbox.
-Throughput: answered requests per second through the one streams worker with E episodes in flight.
+Throughput: answered requests per second through the one streams worker with E episodes in flight. CPU:
+the streams worker's user+system time (from /proc) divided by the steps it handled.
+
+`--baseline DIR` runs the same measurements with the streams worker of another checkout (e.g. a
+`git worktree` of the commit before a change) in the same invocation, alternating with this checkout's,
+so both see the same machine load. `--profile DIR` writes a cProfile of each streams worker there.
 """
 
 from __future__ import annotations
@@ -19,11 +24,13 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from ops.bench.report import cpu_model, memory_gib, write_section
 from ops.console import StackError, say
 from ops.paths import REPO_ROOT
 from ops.topics import TOPICS, ensure_topics, topic_name
+from streams.profiling import PROFILE_ENV
 
 TARGETS = {"p50_ms": 20.0, "p99_ms": 100.0, "steps_per_s": 500.0}
 UNLOADED_STEPS = 30
@@ -35,6 +42,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap", help="Kafka (default: the local stack's broker)")
     parser.add_argument("--output", type=Path, default=REPO_ROOT / "BENCHMARKS.md")
     parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
+    parser.add_argument("--baseline", type=Path, help="also measure the streams worker of this checkout")
+    parser.add_argument("--rounds", type=int, default=1, help="alternating rounds (with --baseline)")
+    parser.add_argument("--profile", type=Path, help="write a cProfile of each streams worker here")
+
+
+@dataclasses.dataclass
+class Result:
+    overheads_ms: list[float]
+    steps: int
+    seconds: float
+    episodes_done: int
+    cpu_s: float  # the streams worker's user + system CPU time while driving
+
+
+@dataclasses.dataclass
+class Measures:
+    """Every measurement of one streams worker code base (this checkout, or the baseline)."""
+
+    unloaded: list[Result] = dataclasses.field(default_factory=list)
+    loaded: list[Result] = dataclasses.field(default_factory=list)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -44,10 +71,19 @@ def run(args: argparse.Namespace) -> int:
     bootstrap = args.bootstrap or StackConfig.load().kafka.bootstrap
     if metadata_error(bootstrap) is not None:
         raise StackError(f"Kafka does not answer on {bootstrap}", "start the stack: trialog up")
-    # Unloaded (one episode: the latency of a step) and loaded (many in flight: throughput), one run each.
-    unloaded = _measure(bootstrap, 1, UNLOADED_STEPS)
-    loaded = _measure(bootstrap, args.episodes, args.steps)
-    section = _render(args, unloaded, loaded)
+    checkouts: dict[str, Path] = {"this checkout": REPO_ROOT}
+    if args.baseline is not None:
+        checkouts = {"baseline": args.baseline.resolve(), **checkouts}
+    measures = {name: Measures() for name in checkouts}
+    for round_ in range(max(1, args.rounds)):
+        # Unloaded (one episode: the latency of a step) and loaded (many in flight: throughput).
+        for name, root in checkouts.items():
+            profile = _profile_path(args.profile, name, round_, "unloaded")
+            measures[name].unloaded.append(_measure(bootstrap, root, 1, UNLOADED_STEPS, profile))
+        for name, root in checkouts.items():
+            profile = _profile_path(args.profile, name, round_, "loaded")
+            measures[name].loaded.append(_measure(bootstrap, root, args.episodes, args.steps, profile))
+    section = _render(args, measures, checkouts)
     print(section)
     if not args.no_write:
         write_section(args.output, section)
@@ -55,34 +91,47 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _measure(bootstrap: str, episodes: int, steps: int) -> Result:
+def _profile_path(folder: Path | None, name: str, round_: int, load: str) -> Path | None:
+    if folder is None:
+        return None
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"streams-{name.replace(' ', '-')}-{load}-{round_}.prof"
+
+
+def _measure(bootstrap: str, root: Path, episodes: int, steps: int, profile: Path | None) -> Result:
     run_id = f"bench-{uuid.uuid4().hex[:8]}"
     ensure_topics(bootstrap, run_id)
     with tempfile.TemporaryDirectory(prefix="trialog-bench-pipeline-") as scratch:
-        worker = _start_streams(bootstrap, run_id, Path(scratch))
+        worker = _start_streams(bootstrap, run_id, Path(scratch), root, profile)
         try:
-            return _drive(bootstrap, run_id, episodes, steps)
+            return _drive(bootstrap, run_id, episodes, steps, worker.pid)
+        except StackError as exc:
+            tail = (Path(scratch) / "streams.log").read_text(errors="replace")[-3000:]
+            raise StackError(f"{exc.args[0]}; the streams worker's log ends:\n{tail}") from exc
         finally:
             worker.terminate()
-            worker.wait(timeout=30)
+            worker.wait(timeout=60)
 
 
-def _start_streams(bootstrap: str, run_id: str, scratch: Path) -> subprocess.Popen[bytes]:
+def _start_streams(
+    bootstrap: str, run_id: str, scratch: Path, root: Path, profile: Path | None
+) -> subprocess.Popen[bytes]:
     argv = [sys.executable, "-m", "streams.worker", "--run", run_id, "--bootstrap", bootstrap]
     argv += ["--data-dir", str(scratch / "streams"), "--instance", "bench-streams"]
     log = (scratch / "streams.log").open("wb")
-    return subprocess.Popen(argv, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    if profile is not None:
+        env[PROFILE_ENV] = str(profile)
+    return subprocess.Popen(argv, cwd=root, stdout=log, stderr=subprocess.STDOUT, env=env)
 
 
-@dataclasses.dataclass
-class Result:
-    overheads_ms: list[float]
-    steps: int
-    seconds: float
-    episodes_done: int
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _drive(bootstrap: str, run_id: str, episodes: int, steps: int) -> Result:
+def _drive(bootstrap: str, run_id: str, episodes: int, steps: int, streams_pid: int) -> Result:
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
     from ops.bench.pipeline_workers import NullWorkers, start_commands, task_record
@@ -100,10 +149,12 @@ def _drive(bootstrap: str, run_id: str, episodes: int, steps: int) -> Result:
     workers = NullWorkers(steps)
     producer.send(topic_name(run_id, "tasks"), key=b"bench-task", value=codec.encode(task_record()))
     producer.flush()
+    _warm_up(producer, consumer, run_id, workers, steps)
     sent_at: dict[str, float] = {}
     overheads: list[float] = []
     answered = done = 0
     started = time.monotonic()
+    cpu_before = cpu_seconds(streams_pid)
     for command in start_commands(run_id, episodes, steps):
         producer.send(topic_name(run_id, "episode.commands"), key=command.episode_id.encode(),
                       value=codec.encode(command))  # fmt: skip
@@ -121,6 +172,8 @@ def _drive(bootstrap: str, run_id: str, episodes: int, steps: int) -> Result:
                 if not isinstance(request, PolicyRequest | SandboxRequest | VerifyRequest):
                     continue
                 episode = request.meta.episode_id
+                if WARM_UP in episode:
+                    continue
                 if episode in sent_at:
                     overheads.append((now - sent_at.pop(episode)) * 1000)
                 answer_base, answer = workers.answer(request)
@@ -131,11 +184,51 @@ def _drive(bootstrap: str, run_id: str, episodes: int, steps: int) -> Result:
                 answered += 1
         producer.flush()
     seconds = time.monotonic() - started
+    cpu = cpu_seconds(streams_pid) - cpu_before
     producer.close()
     consumer.close()
     if done < episodes:
         raise StackError(f"only {done} of {episodes} episodes completed within 300 s")
-    return Result(overheads, answered, seconds, done)
+    return Result(overheads, answered, seconds, done, cpu)
+
+
+WARM_UP = "-warm-up-"
+
+
+def _warm_up(producer: Any, consumer: Any, run_id: str, workers: Any, steps: int) -> None:
+    """Run one episode end to end before measuring, so that the streams worker's start (metadata of new
+    topics, table recovery) is not measured. A start the worker could not handle yet (it dead-letters it)
+    is tried again with a new episode every 20 s; the consumer is left after the warm-up's trajectory."""
+    import dataclasses as dc
+
+    from ops.bench.pipeline_workers import start_commands
+    from schemas.codec import default_codec
+    from schemas.requests import PolicyRequest, SandboxRequest, VerifyRequest
+    from schemas.trajectories import TrajectoryCompleted
+
+    codec = default_codec()
+    give_up = time.monotonic() + 240
+    for attempt in range(12):
+        (command,) = start_commands(run_id, 1, steps)
+        episode = f"{run_id}{WARM_UP}{attempt}"
+        command = dc.replace(command, episode_id=episode, meta=dc.replace(command.meta, event_id=episode))
+        producer.send(
+            topic_name(run_id, "episode.commands"), key=episode.encode(), value=codec.encode(command)
+        )
+        producer.flush()
+        retry_at = time.monotonic() + 20
+        while time.monotonic() < min(retry_at, give_up):
+            for records in consumer.poll(timeout_ms=100).values():
+                for record in records:
+                    value = codec.decode(record.value)
+                    if isinstance(value, TrajectoryCompleted) and WARM_UP in value.meta.episode_id:
+                        return
+                    if isinstance(value, PolicyRequest | SandboxRequest | VerifyRequest):
+                        answer_base, answer = workers.answer(value)
+                        key = value.meta.episode_id.encode()
+                        producer.send(topic_name(run_id, answer_base), key=key, value=codec.encode(answer))
+            producer.flush()
+    raise StackError("the warm-up episode did not complete within 240 s")
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -143,44 +236,67 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def _render(args: argparse.Namespace, unloaded: Result, loaded: Result) -> str:
+def _summary(results: list[Result]) -> tuple[float, float, float, float, int]:
+    """p50 and p99 of every step of every round, steps/s and CPU ms per step over all rounds."""
+    overheads = [ms for result in results for ms in result.overheads_ms]
+    steps = sum(result.steps for result in results)
+    seconds = sum(result.seconds for result in results)
+    cpu_ms = 1000 * sum(result.cpu_s for result in results) / max(1, steps)
+    p50, p99 = _percentile(overheads, 0.5), _percentile(overheads, 0.99)
+    return p50, p99, steps / seconds, cpu_ms, len(overheads)
+
+
+def _render(args: argparse.Namespace, measures: dict[str, Measures], checkouts: dict[str, Path]) -> str:
     rows = []
-    for name, result in (("one episode (unloaded)", unloaded), (f"{args.episodes} in flight", loaded)):
-        p50, p99 = _percentile(result.overheads_ms, 0.5), _percentile(result.overheads_ms, 0.99)
-        rate = result.steps / result.seconds
-        rows.append((name, p50, p99, rate, len(result.overheads_ms)))
+    for name, measure in measures.items():
+        for load, results in (
+            ("one episode (unloaded)", measure.unloaded),
+            (f"{args.episodes} in flight", measure.loaded),
+        ):
+            rows.append((name, load, *_summary(results)))
 
     def met(ok: bool) -> str:
         return "met" if ok else "NOT met"
 
-    (_, p50_u, p99_u, _, _), (_, p50_l, p99_l, rate_l, _) = rows
-    return "\n".join(
-        [
-            "## pipeline",
-            "",
-            f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
-            f"- machine: {cpu_model()}, {os.cpu_count()} cores, {memory_gib():.0f} GiB; one streams worker, "
-            "the null workers and the Kafka broker on the same machine",
-            f"- command: `trialog bench pipeline --episodes {args.episodes} --steps {args.steps}`",
-            f"- unloaded: 1 episode of {UNLOADED_STEPS} run steps; loaded: {args.episodes} episodes of "
-            f"{args.steps} run steps, all in flight at once; each ends with submit and verification; null "
-            "workers answer at once",
-            "",
-            "| load | overhead per step p50 | p99 | steps/s through one streams worker | steps measured |",
-            "| --- | ---: | ---: | ---: | ---: |",
-            *(f"| {n} | {a:.1f} ms | {b:.1f} ms | {r:.0f} | {c} |" for n, a, b, r, c in rows),
-            "",
-            f"- overhead p50: unloaded {p50_u:.1f} ms, loaded {p50_l:.1f} ms "
-            f"(target <= {TARGETS['p50_ms']:g} ms: "
-            f"unloaded {met(p50_u <= TARGETS['p50_ms'])}, loaded {met(p50_l <= TARGETS['p50_ms'])})",
-            f"- overhead p99: unloaded {p99_u:.1f} ms, loaded {p99_l:.1f} ms "
-            f"(target <= {TARGETS['p99_ms']:g} ms: "
-            f"unloaded {met(p99_u <= TARGETS['p99_ms'])}, loaded {met(p99_l <= TARGETS['p99_ms'])})",
-            f"- {rate_l:.0f} steps/s loaded (target >= {TARGETS['steps_per_s']:g}: "
-            f"{met(rate_l >= TARGETS['steps_per_s'])})",
-            "- why: the worker handles one input at a time and waits for the acks of its appends before the "
-            "next (the table write must follow them); batching inputs per poll, one flush per batch, is the "
-            "next step",
-            "",
-        ]
-    )
+    current = [row for row in rows if row[0] == "this checkout"]
+    (_, _, p50_u, p99_u, _, _, _), (_, _, p50_l, p99_l, rate_l, cpu_l, _) = current
+    command = f"trialog bench pipeline --episodes {args.episodes} --steps {args.steps}"
+    if args.baseline is not None:
+        command += f" --baseline {args.baseline} --rounds {args.rounds}"
+    lines = [
+        "## pipeline",
+        "",
+        f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+        f"- machine: {cpu_model()}, {os.cpu_count()} cores, {memory_gib():.0f} GiB; one streams worker, "
+        "the null workers and the Kafka broker on the same machine",
+        f"- command: `{command}`",
+        f"- unloaded: 1 episode of {UNLOADED_STEPS} run steps; loaded: {args.episodes} episodes of "
+        f"{args.steps} run steps, all in flight at once; each ends with submit and verification; null "
+        "workers answer at once"
+        + (
+            f"; {max(1, args.rounds)} round(s), the baseline and this checkout alternating"
+            if args.baseline
+            else ""
+        ),
+        *(f"- {name}: `{root}`" for name, root in checkouts.items() if args.baseline is not None),
+        "",
+        "| streams worker | load | overhead per step p50 | p99 | steps/s through one streams worker "
+        "| streams CPU per step | steps measured |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+        *(
+            f"| {n} | {load} | {a:.1f} ms | {b:.1f} ms | {r:.0f} | {c:.2f} ms | {k} |"
+            for n, load, a, b, r, c, k in rows
+        ),
+        "",
+        f"- overhead p50: unloaded {p50_u:.1f} ms, loaded {p50_l:.1f} ms "
+        f"(target <= {TARGETS['p50_ms']:g} ms: "
+        f"unloaded {met(p50_u <= TARGETS['p50_ms'])}, loaded {met(p50_l <= TARGETS['p50_ms'])})",
+        f"- overhead p99: unloaded {p99_u:.1f} ms, loaded {p99_l:.1f} ms "
+        f"(target <= {TARGETS['p99_ms']:g} ms: "
+        f"unloaded {met(p99_u <= TARGETS['p99_ms'])}, loaded {met(p99_l <= TARGETS['p99_ms'])})",
+        f"- {rate_l:.0f} steps/s loaded (target >= {TARGETS['steps_per_s']:g}: "
+        f"{met(rate_l >= TARGETS['steps_per_s'])}); the streams worker spent {cpu_l:.2f} ms of CPU per step "
+        f"(at most {1000 / max(cpu_l, 1e-9):.0f} steps/s on one core)",
+        "",
+    ]
+    return "\n".join(lines)

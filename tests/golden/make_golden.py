@@ -22,10 +22,10 @@ from typing import Any
 
 from fastavro import schemaless_writer
 
-from schemas.actions import ApplyPatch, RunCommand, Submit, WriteFile
+from schemas.actions import ApplyPatch, InvalidReply, RunCommand, Submit, WriteFile
 from schemas.blobs import MemoryObjectStore, inline_or_ref, text_or_ref
 from schemas.codec import MAGIC, Codec, default_codec
-from schemas.common import FailureClass, Verdict
+from schemas.common import EpisodeConfig, FailureClass, Verdict
 from schemas.events import StepExecuted
 from schemas.logfile import encode_log, read_log
 from schemas.replay import replay
@@ -113,7 +113,41 @@ def v1_steps(codec: Codec) -> list[bytes]:
     return script.records
 
 
+def invalid_reply(codec: Codec) -> list[bytes]:
+    """A reply with no tool call: the owner's own StepExecuted (exit code 2, the error for the model on
+    stderr, the restore point unchanged), then a valid step and a graded submit (ActionProposed v2)."""
+    script = EpisodeScript(codec, episode_id="ep-golden-invalid-reply")
+    script.start()
+    script.act(RunCommand("ls"))
+    script.execute(stdout=b"calc.py\n")
+    reply = "I will now fix the function so that it adds the numbers."
+    error = "Your reply has no tool call. Reply with one action, for example a code block naming the file."
+    script.act(InvalidReply.of(error, reply), response=reply)
+    script.execute(exit_code=2, stderr=error.encode(), snapshot_id=script.snapshot_id, kind="streams")
+    script.act(WriteFile("calc.py", b"def add(a, b):\n    return a + b\n"))
+    script.execute()
+    script.act(Submit())
+    script.reward(1.0, Verdict.PASS, 2, 2)
+    script.complete()
+    return script.records
+
+
+def truncated(codec: Codec) -> list[bytes]:
+    """The step limit reached without a submit: the workspace is graded as it is, the episode completes."""
+    script = EpisodeScript(codec, episode_id="ep-golden-truncated", config=EpisodeConfig(max_steps=2))
+    script.start()
+    script.act(RunCommand("cat calc.py"))
+    script.execute(stdout=b"def add(a, b):\n    return a - b\n")
+    script.act(WriteFile("calc.py", b"def add(a, b):\n    return a + b\n"))
+    script.execute()
+    script.reward(1.0, Verdict.PASS, 2, 2)
+    script.complete()
+    return script.records
+
+
 LOGS: dict[str, Callable[[Codec], list[bytes]]] = {
+    "invalid_reply": invalid_reply,
+    "truncated": truncated,
     "completed": completed,
     "failed": failed,
     "redelivered": redelivered,

@@ -64,9 +64,12 @@ class Cluster:
     instances: list[str] = field(default_factory=list)
     streams_data: Path | None = None
 
+    def instance(self, kind: str) -> str:
+        """The name of the `kind` worker's current process (the restart number is in it)."""
+        return f"{self.run}-{kind}-{self.generation[kind]}"
+
     def argv(self, kind: str) -> list[str]:
-        n = self.generation[kind]
-        instance = f"{self.run}-{kind}-{n}"
+        instance = self.instance(kind)
         self.instances.append(instance)
         base = [
             sys.executable,
@@ -185,6 +188,10 @@ class LogView:
     )
     answers: dict[tuple[str, str, int], int] = field(default_factory=lambda: defaultdict(int))
     initial_snapshot: dict[str, str | None] = field(default_factory=dict)
+    # A sandbox worker's failure answers (`EpisodeFailed` on sandbox.results), in log order.
+    failure_answers: list[EpisodeFailed] = field(default_factory=list)
+    # Producer instance -> records it wrote: a restarted worker is serving once its new instance appears.
+    producers: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
     @property
     def in_flight(self) -> set[str]:
@@ -238,17 +245,20 @@ class Reader:
             view.initial_snapshot[obj.meta.episode_id] = obj.meta.snapshot_id
         elif isinstance(obj, EpisodeCompleted):
             view.ended[obj.meta.episode_id] = "completed"
-        elif isinstance(obj, EpisodeFailed):
+        elif isinstance(obj, EpisodeFailed) and base == "episode.events":
             view.ended[obj.meta.episode_id] = obj.failure.value
+        elif isinstance(obj, EpisodeFailed) and base == "sandbox.results":
+            view.failure_answers.append(obj)
         elif isinstance(obj, StepExecuted) and base == "episode.events":
             view.executed[obj.meta.episode_id].append(obj)
         elif isinstance(obj, (PolicyRequest, SandboxRequest, VerifyRequest)):
             kind = base.split(".")[0]
             view.requests[obj.meta.episode_id].append((kind, obj))
-        if base.endswith(".results"):
-            meta = getattr(obj, "meta", None)
-            if meta is not None:
-                view.answers[(base.split(".")[0], meta.episode_id, meta.step)] += 1
+        meta = getattr(obj, "meta", None)
+        if meta is not None:
+            view.producers[meta.producer.instance] += 1
+        if base.endswith(".results") and meta is not None:
+            view.answers[(base.split(".")[0], meta.episode_id, meta.step)] += 1
 
     def close(self) -> None:
         self.consumer.close()

@@ -7,7 +7,7 @@ import json
 import docker
 
 from ops.stack.images import sandbox_ref
-from ops.testing import CONTAINER_LABEL, LoopbackListener
+from ops.testing import LoopbackListener, owned_labels
 
 PROBE = r"""
 import json, os, socket, sys
@@ -33,7 +33,7 @@ def test_python_runs_in_the_sandbox_image_without_network(docker_client: docker.
             str(sandbox_ref()),
             ["python3", "-c", PROBE, str(listener.port)],
             network_mode="none",
-            labels={CONTAINER_LABEL: "sandbox-smoke"},
+            labels=owned_labels("sandbox-smoke"),
             remove=True,
         )
     report = json.loads(output)

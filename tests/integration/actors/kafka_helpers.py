@@ -10,6 +10,7 @@ from typing import Any
 
 from kafka import KafkaConsumer
 
+from ops.kafka_serving import METADATA_MAX_AGE_MS
 from ops.topics import ensure_topics, topic_name
 from schemas.codec import default_codec
 
@@ -29,6 +30,7 @@ def reading(bootstrap: str, run: str, *bases: str) -> Iterator[KafkaConsumer]:
         bootstrap_servers=bootstrap,
         auto_offset_reset="earliest",
         enable_auto_commit=False,
+        metadata_max_age_ms=METADATA_MAX_AGE_MS,  # a topic missed at subscription is picked up soon
     )
     try:
         yield consumer

@@ -18,7 +18,7 @@ from actors.verifier.tasks import FolderTasks
 from actors.verifier.worker import ROUTE, VerifierWorker
 from ops.paths import REPO_ROOT
 from ops.stack.images import sandbox_ref
-from ops.testing import CONTAINER_LABEL
+from ops.testing import owned_labels
 from ops.topics import topic_name
 from sandbox_agent.docker_backend import DockerBackend
 from sandbox_agent.hosttree import read_tree
@@ -41,7 +41,7 @@ def _files(root: Path) -> dict[str, bytes]:
 @pytest.fixture
 def backend(docker_client: docker.DockerClient, tmp_path: Path) -> DockerBackend:
     return DockerBackend(
-        docker_client, LocalObjectStore(tmp_path / "objects"), labels={CONTAINER_LABEL: "verifier"}
+        docker_client, LocalObjectStore(tmp_path / "objects"), labels=owned_labels("verifier")
     )
 
 

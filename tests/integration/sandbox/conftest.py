@@ -9,14 +9,14 @@ import docker
 import pytest
 
 from ops.stack.images import sandbox_ref
-from ops.testing import CONTAINER_LABEL
+from ops.testing import owned_labels
 from sandbox_agent.backend import Sandbox, SandboxBackend
 from sandbox_agent.docker_backend import DockerBackend
 from sandbox_agent.limits import MIB, Quotas, SandboxSpec
 from sandbox_agent.local_backend import LocalProcessBackend
 from schemas.blobs import LocalObjectStore
 
-TEST_LABELS = {CONTAINER_LABEL: "sandbox"}
+TEST_LABELS = owned_labels("sandbox")
 SMALL = Quotas(memory_bytes=512 * MIB, cpus=1.0, pids=128, workspace_bytes=64 * MIB, tmp_bytes=32 * MIB)
 
 MakeSandbox = Callable[[], Sandbox]

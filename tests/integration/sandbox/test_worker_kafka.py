@@ -16,6 +16,7 @@ import docker
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
 
+from ops.kafka_serving import METADATA_MAX_AGE_MS
 from ops.stack.images import sandbox_ref
 from ops.topics import ensure_topics, topic_name
 from sandbox_agent.docker_backend import DockerBackend
@@ -23,12 +24,12 @@ from sandbox_agent.idempotent import RocksResultStore
 from sandbox_agent.kafka_worker import KafkaSettings, SandboxRequestLoop
 from sandbox_agent.pool import WarmPools
 from sandbox_agent.worker import SandboxWorker
-from schemas.actions import RunCommand, WriteFile
+from schemas.actions import ApplyPatch, RunCommand, WriteFile
 from schemas.blobs import LocalObjectStore
 from schemas.codec import default_codec
-from schemas.common import Producer
+from schemas.common import FailureClass, Producer
 from schemas.deadletter import DeadLetter
-from schemas.events import StepExecuted
+from schemas.events import EpisodeFailed, StepExecuted
 from schemas.requests import SandboxRequest
 from schemas.sources import Origin, SequentialIds, SystemClock
 from tests.integration.sandbox.conftest import TEST_LABELS
@@ -83,6 +84,7 @@ def answers(kafka_bootstrap: str, run_prefix: str) -> Iterator[KafkaConsumer]:
         bootstrap_servers=kafka_bootstrap,
         auto_offset_reset="earliest",
         enable_auto_commit=False,
+        metadata_max_age_ms=METADATA_MAX_AGE_MS,  # a topic missed at subscription is picked up soon
     )
     yield consumer
     consumer.close()
@@ -143,6 +145,15 @@ def test_an_episode_survives_its_worker(
         producer.send(requests, key=b"ep-k", value=b"not a record").get(30)
         letter = next_record(answers)
         assert isinstance(letter, DeadLetter) and letter.value == b"not a record"
+
+        # A patch that does not apply is answered, not dead-lettered: the episode fails as invalid_action.
+        ask(sandbox_request(
+            ApplyPatch("--- a/src/gone.py\n+++ b/src/gone.py\n@@ -1 +1 @@\n-x\n+y\n"), episode="ep-k",
+            step=3, image=image, snapshot_id=answer2.meta.snapshot_id,
+        ))  # fmt: skip
+        refused = next_record(answers)
+        assert isinstance(refused, EpisodeFailed) and refused.failure is FailureClass.INVALID_ACTION
+        assert "does not apply" in refused.reason and refused.meta.step == 3
     finally:
         second.stop()
         producer.close()

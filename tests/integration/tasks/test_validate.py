@@ -13,7 +13,7 @@ from actors.tasks.validate import Admission, validate_all
 from actors.tasks.verify import Verification, verify
 from ops.paths import REPO_ROOT
 from ops.stack.images import sandbox_ref
-from ops.testing import CONTAINER_LABEL
+from ops.testing import owned_labels
 from sandbox_agent.docker_backend import DockerBackend
 from sandbox_agent.limits import MIB, Quotas, SandboxSpec
 from schemas.blobs import LocalObjectStore
@@ -50,7 +50,7 @@ def _tasks(root: Path) -> dict[str, Path]:
 
 def test_each_admission_rule(docker_client: docker.DockerClient, tmp_path: Path) -> None:
     backend = DockerBackend(
-        docker_client, LocalObjectStore(tmp_path / "objects"), labels={CONTAINER_LABEL: "validate"}
+        docker_client, LocalObjectStore(tmp_path / "objects"), labels=owned_labels("validate")
     )
     spec = SandboxSpec(str(sandbox_ref()), Quotas(memory_bytes=512 * MIB, pids=128))
 
@@ -81,7 +81,7 @@ def test_each_admission_rule(docker_client: docker.DockerClient, tmp_path: Path)
 @pytest.mark.parametrize("name", ["easy-fix-add", "word-count"])
 def test_example_tasks_are_admitted(docker_client: docker.DockerClient, tmp_path: Path, name: str) -> None:
     backend = DockerBackend(
-        docker_client, LocalObjectStore(tmp_path / "objects"), labels={CONTAINER_LABEL: "validate"}
+        docker_client, LocalObjectStore(tmp_path / "objects"), labels=owned_labels("validate")
     )
     spec = SandboxSpec(str(sandbox_ref()))
     results = validate_all(

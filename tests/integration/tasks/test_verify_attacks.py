@@ -16,7 +16,7 @@ from actors.tasks.spec import Task, load_task
 from actors.tasks.verify import Verification, verify
 from ops.paths import REPO_ROOT
 from ops.stack.images import sandbox_ref
-from ops.testing import CONTAINER_LABEL
+from ops.testing import owned_labels
 from sandbox_agent.docker_backend import DockerBackend
 from sandbox_agent.limits import MIB, Quotas, SandboxSpec
 from schemas.blobs import LocalObjectStore
@@ -30,7 +30,7 @@ Grade = Callable[[Task, Path], Verification]
 @pytest.fixture(scope="module")
 def run_verify(docker_client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory) -> Grade:
     objects = LocalObjectStore(tmp_path_factory.mktemp("objects"))
-    backend = DockerBackend(docker_client, objects, labels={CONTAINER_LABEL: "verify"})
+    backend = DockerBackend(docker_client, objects, labels=owned_labels("verify"))
     spec = SandboxSpec(str(sandbox_ref()), SPEC)
     return lambda task, workspace: verify(task, workspace, backend, spec)
 

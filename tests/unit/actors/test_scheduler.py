@@ -111,6 +111,13 @@ def test_groups_share_a_task_and_the_draw_is_deterministic() -> None:
     assert [c.task_id for c in other_seed] != [c.task_id for c in first]
 
 
+def test_round_robin_gives_each_group_the_next_task_in_id_order() -> None:
+    target = Target(RUN, 10, group_size=2, capacity=10, seed=3, round_robin=True)
+    commands = decide(_state("c", "a", "b"), target, fixed_origin("scheduler"))
+    assert [c.task_id for c in commands] == ["a", "a", "b", "b", "c", "c", "a", "a", "b", "b"]
+    assert [c.seed for c in commands] == [episode_seed(target, i) for i in range(10)]
+
+
 def test_a_restart_that_read_the_log_back_starts_nothing_extra_and_keeps_a_group_on_its_task() -> None:
     target = Target(RUN, 6, group_size=2, capacity=3, seed=1)
     state = _state("a", "b", "c")
@@ -150,3 +157,5 @@ def test_the_worker_command_parses_its_options() -> None:
     )
     target = target_from_args(args)
     assert target == Target("r1", 5, group_size=2, capacity=4, seed=9, max_steps=8)
+    turns = parser.parse_args(["scheduler", "--episodes", "2", "--round-robin"])
+    assert target_from_args(turns).round_robin

@@ -53,3 +53,38 @@ def test_recorded_logprobs_equal_what_the_learner_recomputes(temperature: float)
             logp = token_logprobs(model, batch.input_ids, batch.attention_mask, temperature)
         recomputed = logp[0][batch.response_mask[0].bool()]
         assert recomputed.tolist() == pytest.approx(list(generation.logprobs), abs=1e-4)
+
+
+@pytest.mark.parametrize("top_p", [1.0, 0.9])
+def test_a_row_gets_the_same_tokens_alone_or_in_any_batch(top_p: float) -> None:
+    backend = TorchBackend(tiny_model(), eos_token_id=EOS)
+    prompts = [(1, 5, 6, 7, 8, 9, 10), (1, 9), (1, 4, 4)]
+    seeds = [11, 12, 13]
+    alone = [
+        backend.generate([p], max_new_tokens=8, seeds=[s], top_p=top_p)[0]
+        for p, s in zip(prompts, seeds, strict=True)
+    ]
+    batched = backend.generate(prompts, max_new_tokens=8, seeds=seeds, top_p=top_p)
+    reordered = backend.generate(prompts[::-1], max_new_tokens=8, seeds=seeds[::-1], top_p=top_p)[::-1]
+    for one, two, three in zip(alone, batched, reordered, strict=True):
+        assert one.token_ids == two.token_ids == three.token_ids
+        assert two.logprobs == pytest.approx(one.logprobs, abs=1e-5)
+        assert one.finish_reason == two.finish_reason
+
+
+def test_rows_with_different_seeds_draw_differently_and_the_global_rng_is_untouched() -> None:
+    backend = TorchBackend(tiny_model(), eos_token_id=EOS)
+    torch.manual_seed(123)
+    before = torch.random.get_rng_state()
+    draws = backend.generate([(1, 5)] * 4, max_new_tokens=10, seeds=[1, 2, 3, 4])
+    assert len({d.token_ids for d in draws}) > 1
+    assert torch.equal(before, torch.random.get_rng_state())
+
+
+def test_greedy_decoding_takes_the_most_likely_token() -> None:
+    model = tiny_model()
+    backend = TorchBackend(model, eos_token_id=EOS)
+    (generation,) = backend.generate([(1, 5, 6)], max_new_tokens=1, temperature=0.0)
+    with torch.no_grad():
+        logits = model(torch.tensor([[1, 5, 6]])).logits[0, -1]
+    assert generation.token_ids == (int(logits.argmax()),)

@@ -14,7 +14,7 @@ from ops.audit import EVENTS, LogRecord, audit
 from ops.audit_cli import register
 from schemas.actions import RunCommand, Submit
 from schemas.codec import Codec, default_codec
-from schemas.common import FailureClass, Verdict
+from schemas.common import EpisodeConfig, FailureClass, Verdict
 from schemas.requests import PolicyRequest, SamplingParams, SandboxRequest, VerifyRequest
 from schemas.sources import FixedClock
 from schemas.testing import EpisodeScript
@@ -42,9 +42,17 @@ class RunLog:
 class Episode:
     """An `EpisodeScript` that also writes what its owner sends: requests and the trajectory."""
 
-    def __init__(self, log: RunLog, episode_id: str, codec: Codec = CODEC, start_us: int = START_US) -> None:
+    def __init__(
+        self,
+        log: RunLog,
+        episode_id: str,
+        codec: Codec = CODEC,
+        start_us: int = START_US,
+        max_steps: int = 16,
+    ) -> None:
         self.log = log
-        self.script = EpisodeScript(codec, episode_id=episode_id, clock=FixedClock(start_us))
+        config = EpisodeConfig(max_steps=max_steps)
+        self.script = EpisodeScript(codec, episode_id=episode_id, clock=FixedClock(start_us), config=config)
         self.codec = codec
 
     def _event(self) -> None:
@@ -71,11 +79,13 @@ class Episode:
         self._event()
         return self
 
-    def finish(self, *, verify_attempts: int = 1) -> Episode:
-        meta = self.script.meta("streams")
-        self._request("policy.requests", PolicyRequest(meta, "Fix it.", (), SamplingParams()))
-        self.script.act(Submit())
-        self._event()
+    def finish(self, *, verify_attempts: int = 1, submit: bool = True) -> Episode:
+        """Submit and get graded; `submit=False`: graded at the step limit (truncated), no submit."""
+        if submit:
+            meta = self.script.meta("streams")
+            self._request("policy.requests", PolicyRequest(meta, "Fix it.", (), SamplingParams()))
+            self.script.act(Submit())
+            self._event()
         for attempt in range(1, verify_attempts + 1):
             self._request("verify.requests", VerifyRequest(self.script.meta("streams", attempt), "img", 60.0))
         self.script.reward(1.0, Verdict.PASS, attempt=verify_attempts)
@@ -179,6 +189,15 @@ def test_an_episode_that_went_silent_is_lost_and_a_recent_one_in_flight() -> Non
     assert report.exit_code == 1
     # With a longer threshold the silent one is only slow.
     assert audit(log.records, stale_after_s=3_600).to_json()["in_flight"] == 2
+
+
+def test_an_episode_graded_at_the_step_limit_counts_as_completed() -> None:
+    log = healthy_run(1)
+    Episode(log, "ep-truncated", max_steps=2).start().step("ls").step("make").finish(submit=False)
+    report = audit(log.records)
+    out = report.to_json()
+    assert out["started"] == 2 and out["completed"] == 2 and out["failed"] == {}
+    assert report.healthy and out["trajectories"] == {"completed": 2, "failed": 0, "repeated": 0}
 
 
 def test_failed_episodes_are_counted_by_class_and_are_healthy() -> None:

@@ -1,6 +1,11 @@
 from __future__ import annotations
 
-from ops.bench.pipeline import _percentile
+import argparse
+import os
+import time
+from pathlib import Path
+
+from ops.bench.pipeline import Measures, Result, _percentile, _render, _summary, cpu_seconds
 from ops.bench.pipeline_workers import TASK_ID, TASK_VERSION, NullWorkers, start_commands
 from schemas.actions import RunCommand, Submit
 from schemas.common import Producer
@@ -39,3 +44,23 @@ def test_start_commands_are_distinct_episodes_of_the_bench_task() -> None:
 def test_percentile() -> None:
     assert _percentile([5.0, 1.0, 3.0, 2.0, 4.0], 0.5) == 3.0
     assert _percentile([1.0, 2.0], 0.99) == 2.0
+
+
+def test_cpu_seconds_of_a_process_grow_with_its_work() -> None:
+    before = cpu_seconds(os.getpid())
+    deadline = time.process_time() + 0.05
+    while time.process_time() < deadline:
+        pass
+    assert cpu_seconds(os.getpid()) >= before + 0.03
+
+
+def test_the_report_compares_the_baseline_with_this_checkout_and_gives_cpu_per_step() -> None:
+    fast = Result([1.0, 2.0, 3.0], steps=100, seconds=1.0, episodes_done=1, cpu_s=0.2)
+    slow = Result([10.0, 20.0, 30.0], steps=100, seconds=10.0, episodes_done=1, cpu_s=1.0)
+    assert _summary([fast, fast]) == (2.0, 3.0, 100.0, 2.0, 6)
+    measures = {"baseline": Measures([slow], [slow]), "this checkout": Measures([fast], [fast])}
+    args = argparse.Namespace(episodes=60, steps=8, baseline=Path("/base"), rounds=1)
+    text = _render(args, measures, {"baseline": Path("/base"), "this checkout": Path("/here")})
+    assert "| baseline | 60 in flight | 20.0 ms | 30.0 ms | 10 | 10.00 ms | 3 |" in text
+    assert "| this checkout | 60 in flight | 2.0 ms | 3.0 ms | 100 | 2.00 ms | 3 |" in text
+    assert "--baseline /base" in text and "2.00 ms of CPU per step" in text

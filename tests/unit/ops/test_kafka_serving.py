@@ -64,3 +64,30 @@ def test_a_failed_commit_rewinds_to_the_record_instead_of_crashing(monkeypatch: 
 def test_a_poll_while_kafka_is_down_returns_nothing(monkeypatch: Any) -> None:
     monkeypatch.setattr(kafka_serving, "RETRY_S", 0.0)
     assert poll(FlakyConsumer(), 100, threading.Event()) == {}
+
+
+def test_connected_waits_for_kafka_saying_so_until_stopped(monkeypatch: Any) -> None:
+    from ops.process import free_port
+
+    monkeypatch.setattr(kafka_serving, "CONNECT_TRY_MS", 200)
+    monkeypatch.setattr(kafka_serving, "CONNECT_FIRST_WAIT_S", 0.1)
+    stopping, said = threading.Event(), []
+
+    def say(line: str) -> None:
+        said.append(line)
+        if len(said) == 3:
+            stopping.set()
+
+    nobody = f"127.0.0.1:{free_port()}"
+    assert kafka_serving.connected(nobody, stopping, say) is False
+    assert len(said) == 3 and all(line.startswith(f"waiting for Kafka at {nobody}") for line in said)
+    assert [line.rsplit("again in ", 1)[1] for line in said] == ["0.1 s", "0.2 s", "0.4 s"]  # backoff
+
+
+def test_serving_stops_before_connecting_when_asked_to() -> None:
+    stopping = threading.Event()
+    stopping.set()
+    served: list[Any] = []
+    consuming = kafka_serving.Consuming("127.0.0.1:1", "group", "topic")
+    kafka_serving.serve_requests(consuming, lambda record, producer: served.append(record), stopping)
+    assert served == []

@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from sandbox_agent.idempotent import MemoryResultStore
+from sandbox_agent.idempotent import ExecKey, MemoryResultStore
 from sandbox_agent.local_backend import LocalProcessBackend
 from sandbox_agent.pool import WarmPools
 from sandbox_agent.worker import SandboxWorker
-from schemas.actions import RunCommand, WriteFile
+from schemas.actions import ApplyPatch, RunCommand, WriteFile
 from schemas.blobs import MemoryObjectStore
 from schemas.codec import default_codec
-from schemas.common import Producer
-from schemas.events import StepExecuted
+from schemas.common import FailureClass, Producer
+from schemas.events import EpisodeFailed, StepExecuted
 from schemas.sources import FixedClock, Origin, SequentialIds
 from tests.unit.sandbox.requests import sandbox_request
 
@@ -100,18 +101,51 @@ def test_a_retried_step_starts_again_from_the_previous_snapshot(cluster: Cluster
     assert retry.stdout.text == "base\nattempt2\n"
 
 
-def test_a_sandbox_lost_mid_episode_is_restored_from_the_last_snapshot(cluster: Cluster) -> None:
+def test_a_lost_sandbox_is_answered_as_a_crash_and_the_next_attempt_restores_the_snapshot(
+    cluster: Cluster,
+) -> None:
     worker = cluster.worker("a")
     step0 = worker.handle(sandbox_request(RunCommand("echo kept > f"), step=0))
+    assert isinstance(step0, StepExecuted)
     held = worker.sandboxes._held["ep-1"].sandbox
     worker.sandboxes.backend.destroy(held)  # lost behind the worker's back (host crash, OOM of the engine)
-    step1 = worker.handle(sandbox_request(RunCommand("cat f"), step=1, snapshot_id=step0.meta.snapshot_id))
-    assert step1.stdout.text == "kept\n"
+    request = sandbox_request(RunCommand("cat f"), step=1, snapshot_id=step0.meta.snapshot_id)
+    crash = worker.handle(request)
+    assert isinstance(crash, EpisodeFailed) and crash.failure is FailureClass.SANDBOX_CRASH
+    assert (crash.meta.step, crash.meta.attempt, crash.meta.prev_hash) == (1, 1, request.meta.prev_hash)
+    again = worker.handle(request)  # redelivered: the same answer, nothing run
+    assert isinstance(again, EpisodeFailed) and again.reason == crash.reason
+    retry = worker.handle(dataclasses.replace(request, meta=dataclasses.replace(request.meta, attempt=2)))
+    assert isinstance(retry, StepExecuted) and retry.stdout.text == "kept\n"
 
 
-def test_writing_outside_the_workspace_is_an_observation_not_a_crash(cluster: Cluster) -> None:
+def test_a_redelivered_crash_is_not_run_again(cluster: Cluster) -> None:
+    worker = cluster.worker("a")
+    request = sandbox_request(RunCommand("echo ran >> log"))
+    worker.crashes[ExecKey("ep-1", 0, 1)] = "sandbox lost: killed"
+    answer = worker.handle(request)
+    assert isinstance(answer, EpisodeFailed) and answer.reason == "sandbox lost: killed"
+    assert "ep-1" not in worker.sandboxes._held  # nothing ran
+
+
+def test_writing_outside_the_workspace_fails_the_episode_as_an_invalid_action(cluster: Cluster) -> None:
     answer = cluster.worker("a").handle(sandbox_request(WriteFile("../../etc/passwd", b"x")))
-    assert answer.exit_code == 2 and "refused" in answer.stderr.text
+    assert isinstance(answer, EpisodeFailed) and answer.failure is FailureClass.INVALID_ACTION
+    assert "refused" in answer.reason and answer.meta.step == 0
+    assert default_codec().decode_as(default_codec().encode(answer), EpisodeFailed) == answer
+
+
+def test_a_patch_that_does_not_apply_is_an_invalid_action_one_that_applies_a_step(cluster: Cluster) -> None:
+    worker = cluster.worker("a")
+    step0 = worker.handle(sandbox_request(RunCommand("printf 'a\\nb\\n' > f && git init -q ."), step=0))
+    assert isinstance(step0, StepExecuted) and step0.exit_code == 0
+    good = "--- a/f\n+++ b/f\n@@ -1,2 +1,2 @@\n a\n-b\n+c\n"
+    applied = worker.handle(sandbox_request(ApplyPatch(good), step=1, snapshot_id=step0.meta.snapshot_id))
+    assert isinstance(applied, StepExecuted) and applied.exit_code == 0
+    bad = "--- a/f\n+++ b/f\n@@ -1,2 +1,2 @@\n x\n-y\n+z\n"
+    refused = worker.handle(sandbox_request(ApplyPatch(bad), step=2, snapshot_id=applied.meta.snapshot_id))
+    assert isinstance(refused, EpisodeFailed) and refused.failure is FailureClass.INVALID_ACTION
+    assert "does not apply" in refused.reason
 
 
 def test_large_payloads_come_from_the_object_store(cluster: Cluster) -> None:

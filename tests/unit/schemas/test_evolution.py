@@ -8,10 +8,15 @@ from typing import Any
 import pytest
 from fastavro import schemaless_writer
 
+from schemas.actions import INVALID_REPLY_CHARS, InvalidReply, RunCommand, Submit
 from schemas.catalog import SchemaCatalog, SchemaVersion, compile_version, expand
 from schemas.codec import MAGIC, Codec, DecodeError, DecodeReason
-from schemas.events import StepExecuted
+from schemas.common import FailureClass, Verdict
+from schemas.events import ActionProposed, StepExecuted
+from schemas.fold import fold
+from schemas.requests import PolicyRequest, SamplingParams
 from schemas.testing import EpisodeScript
+from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
 from schemas.upcasters import SIGKILL_EXIT, upcast_chain
 
 
@@ -151,3 +156,58 @@ def test_v1_task_published_is_read_with_no_initial_snapshot_and_default_limits(c
     assert (read.initial_snapshot_id, read.limits) == (None, None)
     assert read.task_id == "task-1" and read.protected == ("tests/**",)
     assert codec.decode_as(codec.encode(today), TaskPublished) == today
+
+
+# -- v2 of the messages that carry an action (InvalidReply joined the action union) -------------------------
+
+
+def _episode_with_steps(codec: Codec) -> EpisodeScript:
+    script = EpisodeScript(codec)
+    script.start()
+    script.act(RunCommand("ls"))
+    script.execute(stdout=b"calc.py\n")
+    script.act(Submit())
+    return script
+
+
+def _carriers(codec: Codec) -> list[Any]:
+    """One record of each message that embeds an ActionProposed, with no InvalidReply (v1 can hold it)."""
+    script = _episode_with_steps(codec)
+    state = fold(script.entries)
+    meta = script.meta("streams")
+    action = script.events[1]
+    assert isinstance(action, ActionProposed)
+    return [
+        action,
+        state,
+        PolicyRequest(meta, "Fix it.", state.history, SamplingParams(seed=3)),
+        TrajectoryCompleted(meta, "g-1", "Fix it.", state.steps, 1.0, Verdict.PASS, 3, 3, 1, 1),
+        TrajectoryFailed(meta, FailureClass.STEP_LIMIT, "too long", state.steps),
+    ]
+
+
+def test_v1_messages_carrying_actions_are_read_by_todays_code(codec: Codec) -> None:
+    for value in _carriers(codec):
+        v1 = codec.catalog.version(value.SCHEMA, 1)
+        data = write_with(v1, value.to_record())
+        assert codec.schema_of(data) == (value.SCHEMA, 1)
+        assert codec.decode_as(data, type(value)) == value
+        assert codec.schema_of(codec.encode(value)) == (value.SCHEMA, 2)
+
+
+def test_an_invalid_reply_round_trips_in_every_v2_carrier(codec: Codec) -> None:
+    script = EpisodeScript(codec)
+    script.start()
+    invalid = InvalidReply.of("Your reply has no action.", "x" * 5000)
+    assert len(invalid.reply) == INVALID_REPLY_CHARS and invalid.reply_truncated
+    script.act(invalid)
+    script.execute(exit_code=2, stderr=invalid.error.encode(), kind="streams")
+    state = fold(script.entries)
+    assert state.history[0].action.action == invalid
+    request = PolicyRequest(script.meta("streams"), "Fix it.", state.history, SamplingParams())
+    for value in (script.events[1], state, request):
+        assert codec.decode(codec.encode(value)) == value
+    v1_only = Codec(SchemaCatalog([sv for sv in codec.catalog.all_versions() if sv.version == 1]), types=[])
+    with pytest.raises(DecodeError) as err:
+        v1_only.decode_record(codec.encode(script.events[1]))
+    assert err.value.reason is DecodeReason.UNKNOWN_FINGERPRINT

@@ -9,10 +9,12 @@ from typing import Any
 
 import pytest
 
+from schemas.actions import InvalidReply, Submit
 from schemas.codec import Codec
-from schemas.events import StepExecuted
+from schemas.events import ActionProposed, StepExecuted
 from schemas.logfile import encode_log, read_log
 from schemas.replay import ReplayError, replay, replay_file
+from schemas.state import Phase
 from tests.golden.make_golden import GOLDEN_DIR, LOGS, log_path, state_path, to_json
 
 NAMES = sorted(LOGS)
@@ -131,3 +133,19 @@ def test_removing_a_redelivery_is_harmless_removing_a_fact_is_not(codec: Codec) 
 def test_the_generator_is_deterministic(codec: Codec) -> None:
     for name, script in LOGS.items():
         assert encode_log(script(codec)) == encode_log(script(codec)), name
+
+
+def test_logs_from_before_invalid_reply_hold_v1_actions_and_the_new_ones_v2(codec: Codec) -> None:
+    def action_versions(name: str) -> set[int]:
+        schemas = (codec.schema_of(r) for r in read_log(log_path(name)))
+        return {version for schema, version in schemas if schema == ActionProposed.SCHEMA}
+
+    assert action_versions("completed") == action_versions("v1_steps") == {1}
+    assert action_versions("invalid_reply") == action_versions("truncated") == {2}
+    state = replay_file(log_path("invalid_reply"), codec)
+    invalid = state.history[1]
+    assert isinstance(invalid.action.action, InvalidReply) and invalid.result is not None
+    assert invalid.result.exit_code == 2 and invalid.result.meta.producer.kind == "streams"
+    truncated = replay_file(log_path("truncated"), codec)
+    assert truncated.phase is Phase.COMPLETED and truncated.reward is not None
+    assert not any(isinstance(step.action.action, Submit) for step in truncated.steps)

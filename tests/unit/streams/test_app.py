@@ -3,9 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import inspect
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
-from streams.app import BLOCK_CACHE_BYTES, Settings, build_app
+from aiokafka.consumer.fetcher import Fetcher
+
+from streams.app import (
+    BLOCK_CACHE_BYTES,
+    SESSION_TIMEOUT_S,
+    FaustRows,
+    Settings,
+    build_app,
+    next_batch,
+    tune_fetcher,
+)
 from streams.cli import register
 
 
@@ -33,3 +47,45 @@ def test_the_cli_registers_streams_with_its_options() -> None:
     )
     assert (args.run, args.bootstrap, args.data_dir, args.standby_replicas) == ("r1", "h:9", "/x", 2)
     assert args.instance and callable(args.handler)
+
+
+def test_consumer_group_timeouts_are_short(tmp_path: Path) -> None:
+    app, _ = build_app(Settings("127.0.0.1:1", "r", str(tmp_path / "d"), "w"))
+    assert app.conf.broker_session_timeout == SESSION_TIMEOUT_S <= 10
+    assert app.conf.broker_heartbeat_interval * 3 <= app.conf.broker_session_timeout
+    assert app.conf.broker_request_timeout >= app.conf.broker_session_timeout  # aiokafka requires it
+
+
+def test_tune_fetcher_removes_aiokafka_prefetch_backoff() -> None:
+    default = inspect.signature(Fetcher.__init__).parameters["prefetch_backoff"].default
+    assert default == 0.1  # the 100 ms it removes (if aiokafka changes this, re-check tune_fetcher)
+    fetcher = SimpleNamespace(_prefetch_backoff=default)
+    app = SimpleNamespace(consumer=SimpleNamespace(_thread=SimpleNamespace(_consumer=None)))
+    assert tune_fetcher(app) is False  # not started yet: nothing to tune
+    app.consumer._thread._consumer = SimpleNamespace(_fetcher=fetcher)
+    assert tune_fetcher(app) is True and fetcher._prefetch_backoff == 0.0
+
+
+def test_rows_are_written_to_their_partition_outside_a_stream_event(tmp_path: Path) -> None:
+    """What a timer does: no current event, so Faust's `table[key] = row` would refuse."""
+    app, _ = build_app(Settings("127.0.0.1:1", "r", str(tmp_path / "d"), "w"))
+    table = app.tables["episodes"]
+    sent: list[tuple[int, bytes, bytes]] = []
+    table.send_changelog = lambda partition, key, value: sent.append((partition, key, value))
+    rows = FaustRows(table)
+    rows.put(3, "ep-1", b"row-1")
+    rows.put(5, "ep-2", b"row-2")
+    assert rows.get("ep-1") == b"row-1" and rows.get("ep-2") == b"row-2" and rows.get("ep-3") is None
+    assert list(rows.partition_items(3)) == [("ep-1", b"row-1")]
+    assert list(rows.partition_items(5)) == [("ep-2", b"row-2")]
+    assert sent == [(3, b"ep-1", b"row-1"), (5, b"ep-2", b"row-2")]
+
+
+def test_a_batch_is_everything_queued_up_to_the_limit() -> None:
+    async def scenario() -> list[list[int]]:
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        for n in range(7):
+            queue.put_nowait(n)
+        return [await next_batch(queue, 5), await next_batch(queue, 5)]
+
+    assert asyncio.run(scenario()) == [[0, 1, 2, 3, 4], [5, 6]]

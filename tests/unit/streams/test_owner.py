@@ -6,11 +6,18 @@ import dataclasses
 
 import pytest
 
-from schemas.actions import RunCommand, Submit
+from schemas.actions import InvalidReply, RunCommand, Submit
 from schemas.chain import verify_chain
 from schemas.codec import default_codec
 from schemas.common import GENESIS_HASH, EpisodeConfig, FailureClass
-from schemas.events import EpisodeCompleted, EpisodeFailed, EpisodeStarted
+from schemas.events import (
+    ActionProposed,
+    EpisodeCompleted,
+    EpisodeFailed,
+    EpisodeStarted,
+    RewardAssigned,
+    StepExecuted,
+)
 from schemas.fold import fold
 from schemas.requests import PolicyRequest, SandboxRequest, VerifyRequest
 from schemas.state import Phase
@@ -21,6 +28,7 @@ from streams.owner import (
     Rejection,
     RequestKind,
     outstanding_request,
+    resume,
 )
 from streams.timers import answer_deadline_us
 from tests.unit.streams.world import (
@@ -258,18 +266,89 @@ def test_a_second_start_is_a_duplicate_never_a_second_episode_started() -> None:
     assert sum(isinstance(a.event, EpisodeStarted) for a in driver.appended) == 1
 
 
-def test_the_step_limit_executes_the_last_action_then_fails() -> None:
+def test_at_the_step_limit_the_last_action_is_executed_then_the_workspace_graded() -> None:
     config = EpisodeConfig(max_steps=2)
     driver, workers = Driver(), Workers()
     driver.feed(start_command(config))
     for _ in range(2):
         driver.feed(workers.act(driver.last_request))
         last = driver.feed(workers.execute(driver.last_request))
-    (event,) = (a.event for a in last.events[1:])
-    assert isinstance(event, EpisodeFailed) and event.failure is FailureClass.STEP_LIMIT
-    assert last.requests == () and isinstance(last.trajectory, TrajectoryFailed)
-    assert [s.result is not None for s in last.trajectory.steps] == [True, True]
+    assert [type(a.event) for a in last.events] == [StepExecuted]
+    (verify,) = last.requests
+    assert isinstance(verify, VerifyRequest) and verify.meta.step == 2
+    assert verify.meta.snapshot_id == "snap-1-1"  # the workspace after the last executed step
+    assert driver.state.episode.phase is Phase.AWAITING_VERIFICATION
+    graded = driver.feed(workers.grade(verify, 0.25))
+    assert [type(a.event) for a in graded.events] == [RewardAssigned, EpisodeCompleted]
+    trajectory = graded.trajectory
+    assert isinstance(trajectory, TrajectoryCompleted) and trajectory.reward == 0.25
+    assert [s.result is not None for s in trajectory.steps] == [True, True]  # no submit was invented
+    assert not any(isinstance(s.action.action, Submit) for s in trajectory.steps)
     assert_consistent(driver)
+
+
+def test_a_truncated_episode_resumed_from_its_state_asks_for_the_grade_again() -> None:
+    driver, workers = Driver(), Workers()
+    driver.feed(start_command(EpisodeConfig(max_steps=1)))
+    driver.feed(workers.act(driver.last_request))
+    verify = driver.feed(workers.execute(driver.last_request)).requests[0]
+    resumed = resume(driver.state, origin=driver.origin, now_us=driver.now_us)
+    (again,) = resumed.requests
+    assert isinstance(again, VerifyRequest)
+    assert dataclasses.replace(again.meta, event_id=verify.meta.event_id) == verify.meta  # the same key
+
+
+def test_an_action_past_the_step_limit_is_refused() -> None:
+    driver, workers = Driver(), Workers()
+    driver.feed(start_command(EpisodeConfig(max_steps=1)))
+    first = driver.last_request
+    driver.feed(workers.act(first))
+    driver.feed(workers.execute(driver.last_request))
+    late = dataclasses.replace(
+        first, meta=dataclasses.replace(first.meta, step=1, prev_hash=driver.state.episode.head_hash)
+    )
+    assert driver.feed(workers.act(late)).rejected is Rejection.NOT_OUTSTANDING
+
+
+def test_an_invalid_reply_is_a_step_answered_by_the_owner_without_a_sandbox() -> None:
+    driver, workers = Driver(), Workers()
+    driver.feed(start_command())
+    first = driver.last_request
+    invalid = InvalidReply.of("Your reply has no tool call.", "I think we should look at the code")
+    out = driver.feed(workers.act(first, invalid))
+    assert [type(a.event) for a in out.events] == [ActionProposed, StepExecuted]
+    result = out.events[1].event
+    assert isinstance(result, StepExecuted)
+    assert (result.exit_code, result.stderr.text, result.stdout.text) == (2, invalid.error, "")
+    assert result.meta.step == 0 and result.meta.snapshot_id == TASK.initial_snapshot_id
+    (second,) = out.requests
+    assert isinstance(second, PolicyRequest) and second.meta.step == 1
+    assert second.history[0].action.action == invalid and second.history[0].result == result
+    assert driver.feed(workers.act(first, invalid)).rejected is Rejection.DUPLICATE
+    assert_consistent(driver)
+
+
+def test_an_invalid_reply_as_the_last_allowed_step_is_graded() -> None:
+    driver, workers = Driver(), Workers()
+    driver.feed(start_command(EpisodeConfig(max_steps=1)))
+    out = driver.feed(workers.act(driver.last_request, InvalidReply.of("no tool call", "hmm")))
+    (verify,) = out.requests
+    assert isinstance(verify, VerifyRequest)
+    assert isinstance(driver.feed(workers.grade(verify, -0.2)).trajectory, TrajectoryCompleted)
+    assert_consistent(driver)
+
+
+def test_an_invalid_reply_whose_result_was_lost_is_answered_on_resume() -> None:
+    driver, workers = Driver(), Workers()
+    driver.feed(start_command())
+    driver.feed(workers.act(driver.last_request, InvalidReply.of("no tool call", "hmm")))
+    # The worker crashed after appending the action but before its result: the state is rebuilt from the log.
+    appended = [(a.event, a.digest) for a in driver.appended]
+    state = dataclasses.replace(driver.state, episode=fold(appended[:-1]))
+    assert state.episode.phase is Phase.AWAITING_EXECUTION
+    resumed = resume(state, origin=driver.origin, now_us=driver.now_us)
+    assert [type(a.event) for a in resumed.events] == [StepExecuted]
+    assert isinstance(resumed.requests[0], PolicyRequest)
 
 
 def test_a_submit_as_the_last_allowed_action_is_graded() -> None:

@@ -11,6 +11,7 @@ import pytest
 from schemas.actions import Submit
 from schemas.chain import digest, verify_chain
 from schemas.codec import default_codec
+from schemas.common import FailureClass
 from schemas.deadletter import DeadLetter
 from schemas.events import EPISODE_EVENT_TYPES, EpisodeEvent
 from schemas.fold import fold
@@ -21,7 +22,7 @@ from schemas.state import Phase
 from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
 from streams.owner import OwnerState, TaskInfo
 from streams.tables import Row
-from streams.worker import EpisodeWorker, Input
+from streams.worker import EpisodeWorker, Headers, Input
 from tests.unit.streams.world import (
     CONFIG,
     EPISODE,
@@ -36,8 +37,8 @@ from tests.unit.streams.world import (
 CODEC = default_codec()
 
 
-class Crash(Exception):
-    """The process dies here."""
+class Crash(BaseException):
+    """The process dies here (not an Exception: nothing in the worker catches it)."""
 
 
 class Log:
@@ -47,7 +48,9 @@ class Log:
         self.topics: dict[str, list[tuple[bytes | None, bytes]]] = {}
         self.fail_after: int | None = None  # crash after this many more sends
 
-    async def send(self, topic: str, key: bytes | None, value: bytes) -> Awaitable[int]:
+    async def send(
+        self, topic: str, key: bytes | None, value: bytes, headers: Headers = ()
+    ) -> Awaitable[int]:
         if self.fail_after is not None:
             if self.fail_after == 0:
                 raise Crash(topic)
@@ -75,11 +78,19 @@ class Rows(dict[str, bytes]):
 
     crash_next = False
 
-    def __setitem__(self, key: str, value: bytes) -> None:
+    def __init__(self) -> None:
+        super().__init__()
+        self.partitions: dict[str, int] = {}
+
+    def put(self, partition: int, key: str, value: bytes) -> None:
         if self.crash_next:
             self.crash_next = False
             raise Crash("before the table write")
-        super().__setitem__(key, value)
+        self.partitions[key] = partition
+        self[key] = value
+
+    def partition_items(self, partition: int) -> Iterator[tuple[str, bytes]]:
+        return ((k, v) for k, v in list(self.items()) if self.partitions.get(k, 0) == partition)
 
 
 class Tasks:
@@ -188,11 +199,16 @@ def test_an_episode_runs_to_completion_and_rows_follow_the_log() -> None:
     assert isinstance(trajectory, TrajectoryCompleted) and trajectory.reward == 1.0
     assert world.log.topics["trajectories.completed"][0][0] == TASK.task_id.encode()
     row = Row.decode(world.rows[EPISODE])
-    assert row.state.episode.phase is Phase.COMPLETED and row.log_offset == 5 and row.partition == 0
+    assert (
+        row.state.episode.phase is Phase.COMPLETED
+        and row.watermark == 3
+        and len(row.events) == 6
+        and row.partition == 0
+    )
     assert world.dead() == []
 
 
-def test_a_duplicate_answer_is_dead_lettered_and_appends_nothing() -> None:
+def test_a_duplicate_answer_is_counted_as_ignored_not_dead_lettered_and_appends_nothing() -> None:
     world = World()
     worker = world.worker()
     world.deliver(worker, "episode.commands", start_command())
@@ -201,9 +217,46 @@ def test_a_duplicate_answer_is_dead_lettered_and_appends_nothing() -> None:
     answer = world.workers.act(policy)
     world.deliver(worker, "policy.results", answer)
     world.deliver(worker, "policy.results", answer)
+    world.deliver(worker, "episode.commands", start_command())  # a command redelivered: the same
     assert len(world.events()) == 2
-    assert [d.reason for d in world.dead()] == ["duplicate"]
+    assert world.dead() == [] and worker.stats.get("ignored.duplicate") == 2
     assert len(world.requests("sandbox.requests")) == 1
+
+
+def _at_sandbox(world: World, worker: EpisodeWorker) -> SandboxRequest:
+    world.deliver(worker, "episode.commands", start_command())
+    policy = _last(world, "policy.requests")
+    assert isinstance(policy, PolicyRequest)
+    world.deliver(worker, "policy.results", world.workers.act(policy))
+    sandbox = _last(world, "sandbox.requests")
+    assert isinstance(sandbox, SandboxRequest)
+    return sandbox
+
+
+def test_a_sandbox_failure_answer_retries_the_step_or_fails_the_episode() -> None:
+    world = World()
+    worker = world.worker()
+    sandbox = _at_sandbox(world, worker)
+    world.deliver(worker, "sandbox.results", world.workers.fail(sandbox, FailureClass.SANDBOX_CRASH))
+    retry = _last(world, "sandbox.requests")
+    assert isinstance(retry, SandboxRequest) and (retry.meta.step, retry.meta.attempt) == (0, 2)
+    world.deliver(worker, "sandbox.results", world.workers.fail(retry, FailureClass.INVALID_ACTION))
+    (trajectory,) = world.log.records("trajectories.failed")
+    assert isinstance(trajectory, TrajectoryFailed) and trajectory.failure is FailureClass.INVALID_ACTION
+    assert world.state().episode.phase is Phase.FAILED and world.dead() == []
+    assert [type(e).__name__ for e in world.events()][-1] == "EpisodeFailed"
+
+
+def test_a_failure_class_a_sandbox_may_not_report_is_dead_lettered() -> None:
+    world = World()
+    worker = world.worker()
+    sandbox = _at_sandbox(world, worker)
+    world.deliver(worker, "sandbox.results", world.workers.fail(sandbox, FailureClass.STEP_LIMIT))
+    assert [d.reason for d in world.dead()] == ["unexpected_failure"]
+    assert world.state().episode.phase is Phase.AWAITING_EXECUTION
+    failed = world.workers.fail(sandbox, FailureClass.INVALID_ACTION)
+    world.deliver(worker, "policy.results", failed)  # a failure answer on another kind's topic
+    assert [d.reason for d in world.dead()][-1] == "unexpected_type"
 
 
 def test_bad_records_are_dead_lettered_with_their_reason() -> None:
@@ -249,12 +302,9 @@ def test_a_crash_between_the_appends_and_the_table_write_leaves_no_duplicate(cra
         nonlocal worker
         if topic == target and not crashed:
             world.rows.crash_next = True
-            original(w, topic, record)  # the Crash is caught and dead-lettered as worker_error...
+            with pytest.raises(Crash):
+                original(w, topic, record)  # the process dies: restart it and redeliver the input
             crashed.append((topic, record))
-            # ...but a real crash kills the process: drop that dead letter, restart and redeliver.
-            world.log.topics["deadletter"] = [
-                (k, v) for k, v in world.log.topics.get("deadletter", []) if b"worker_error" not in v
-            ]
             worker = world.worker()
             original(worker, topic, record)
             return
@@ -263,7 +313,7 @@ def test_a_crash_between_the_appends_and_the_table_write_leaves_no_duplicate(cra
     world.deliver = deliver  # type: ignore[method-assign,assignment]
     _play(world, worker)
     _assert_completed_log(world)
-    assert [d.reason for d in world.dead()] == ["duplicate"]
+    assert world.dead() == [] and worker.stats.get("ignored.duplicate") == 1
     assert world.state().episode.phase is Phase.COMPLETED
 
 
@@ -333,7 +383,8 @@ def test_a_crash_between_two_appends_is_finished_by_the_next_owner() -> None:
     assert isinstance(verify, VerifyRequest)
     grade = world.workers.grade(verify)
     world.log.fail_after = 1  # RewardAssigned is sent, then the process dies
-    world.deliver(worker, "verify.results", grade)
+    with pytest.raises(Crash):
+        world.deliver(worker, "verify.results", grade)
     world.log.fail_after = None
     assert [type(e).__name__ for e in world.events()][-1] == "RewardAssigned"
     restarted = world.worker()
@@ -341,7 +392,7 @@ def test_a_crash_between_two_appends_is_finished_by_the_next_owner() -> None:
     assert len(world.log.records("trajectories.completed")) == 1
     world.deliver(restarted, "verify.results", grade)  # redelivered
     assert len(world.events()) == 4 and verify_chain(world.log.values("episode.events"), CODEC).ok
-    assert [d.reason for d in world.dead()] == ["duplicate"]
+    assert world.dead() == [] and restarted.stats.get("ignored.duplicate") == 1
     assert world.state().episode.phase is Phase.COMPLETED and world.state().outstanding is None
 
 
@@ -350,7 +401,8 @@ def test_a_lost_row_of_an_ended_episode_republishes_its_trajectory() -> None:
     worker = world.worker()
     world.deliver(worker, "episode.commands", start_command())
     world.rows.crash_next = True
-    world.deliver(worker, "episode.commands", abort_command())
+    with pytest.raises(Crash):
+        world.deliver(worker, "episode.commands", abort_command())
     assert world.state().episode.phase is Phase.AWAITING_ACTION  # the row write was lost
     world.worker()
     (first, again) = world.log.records("trajectories.failed")

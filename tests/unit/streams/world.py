@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 from schemas.actions import Action, RunCommand
 from schemas.commands import AbortEpisode, StartEpisode
-from schemas.common import EpisodeConfig, Output, Producer, RecordMeta, Verdict
-from schemas.events import ActionProposed, RewardAssigned, StepExecuted
+from schemas.common import EpisodeConfig, FailureClass, Output, Producer, RecordMeta, Verdict
+from schemas.events import ActionProposed, EpisodeFailed, RewardAssigned, StepExecuted
 from schemas.requests import PolicyRequest, ResourceLimits, SandboxRequest, VerifyRequest
 from schemas.sources import FixedClock, Origin, SequentialIds
 from streams.owner import (
@@ -23,6 +23,7 @@ from streams.owner import (
     on_action,
     on_executed,
     on_reward,
+    on_sandbox_failed,
     on_start,
     on_tick,
 )
@@ -73,6 +74,11 @@ class Workers:
         meta = dataclasses.replace(self.sandbox.reply_meta(request.meta), snapshot_id=snapshot)
         return StepExecuted(meta, 0, Output("ok\n"), Output(""), False, 2_000)
 
+    def fail(self, request: Request, failure: FailureClass, reason: str = "lost") -> EpisodeFailed:
+        """A sandbox worker's failure answer: the request's header echoed, no new snapshot."""
+        assert isinstance(request, SandboxRequest)
+        return EpisodeFailed(self.sandbox.reply_meta(request.meta), failure, reason)
+
     def grade(self, request: Request, reward: float = 1.0) -> RewardAssigned:
         assert isinstance(request, VerifyRequest)
         meta = self.verifier.reply_meta(request.meta)
@@ -88,7 +94,7 @@ class Tick:
     now_us: int
 
 
-Input = StartEpisode | AbortEpisode | ActionProposed | StepExecuted | RewardAssigned | Tick
+Input = StartEpisode | AbortEpisode | ActionProposed | StepExecuted | RewardAssigned | EpisodeFailed | Tick
 
 
 def feed(
@@ -101,6 +107,8 @@ def feed(
         return on_abort(state, item, origin=origin, now_us=now_us)
     if isinstance(item, Tick):
         return on_tick(state, origin=origin, now_us=item.now_us)
+    if isinstance(item, EpisodeFailed):
+        return on_sandbox_failed(state, item, origin=origin, now_us=now_us)
     answer: Answer = item
     if isinstance(answer, ActionProposed):
         return on_action(state, answer, origin=origin, now_us=now_us)

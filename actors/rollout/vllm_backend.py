@@ -1,0 +1,101 @@
+"""The vLLM rollout backend (GPU): the same interface as the torch backend, for machines with a GPU.
+
+vllm is an optional dependency (the `gpu` extra) and is imported only when this backend is built, so the
+rest of trialog works without it; without it, building one raises `BackendUnavailable` with what to do.
+Prompts go in as token ids (the `ChatPromptEncoder`'s, so sampler and learner share the prompt); every row
+has its own seed (`SamplingParams.seed`); `logprobs=0` returns the log-prob of each sampled token, asked
+for after temperature scaling ("processed" log-probs) to match the torch backend's definition.
+
+NOT RUN HERE: this machine has no GPU and vllm is not installed. Only the import guard and the pure
+conversion of vLLM's outputs (`to_generation`) are unit-tested.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from actors.rollout.generation import Generation
+
+
+class BackendUnavailable(RuntimeError):
+    """The backend's library is not installed (or not usable here)."""
+
+
+def import_vllm() -> Any:
+    try:
+        import vllm  # type: ignore[import-not-found, unused-ignore]
+    except ImportError as exc:
+        raise BackendUnavailable(
+            f"the vllm backend needs the vllm package ({exc}); install the `gpu` extra on a machine with a "
+            "GPU, or use --backend torch"
+        ) from None
+    return vllm
+
+
+class VllmBackend:
+    def __init__(self, llm: Any, sampling_params: Any, eos_token_id: int) -> None:
+        self.llm = llm
+        self.sampling_params = sampling_params  # vllm.SamplingParams (the class)
+        self.eos = eos_token_id
+
+    @classmethod
+    def load(cls, model_dir: Path, *, eos_token_id: int, gpu_memory_utilization: float = 0.5) -> VllmBackend:
+        vllm = import_vllm()
+        llm = vllm.LLM(
+            model=str(model_dir),
+            gpu_memory_utilization=gpu_memory_utilization,
+            enable_prefix_caching=True,
+            logprobs_mode="processed_logprobs",
+        )
+        return cls(llm, vllm.SamplingParams, eos_token_id)
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        *,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        seed: int = 0,
+        seeds: Sequence[int] | None = None,
+    ) -> list[Generation]:
+        row_seeds = [seed] * len(prompts) if seeds is None else list(seeds)
+        params = [
+            self.sampling_params(**sampling_kwargs(max_new_tokens, temperature, top_p, s, self.eos))
+            for s in row_seeds
+        ]
+        inputs = [{"prompt_token_ids": list(prompt)} for prompt in prompts]
+        outputs = self.llm.generate(inputs, params, use_tqdm=False)
+        return [to_generation(output.outputs[0]) for output in outputs]
+
+    def load_weights(self, model_dir: Path) -> None:
+        """New weights (a published policy version) into the running engine, between episodes."""
+        self.llm.collective_rpc("reload_weights", kwargs={"model_path": str(model_dir)})
+
+
+def sampling_kwargs(
+    max_new_tokens: int, temperature: float, top_p: float, seed: int, eos_token_id: int
+) -> dict[str, Any]:
+    """vllm.SamplingParams arguments for one row: its own seed, the sampled tokens' log-probs."""
+    return {
+        "max_tokens": max_new_tokens,
+        "temperature": max(0.0, temperature),
+        "top_p": top_p,
+        "seed": seed & 0x7FFF_FFFF_FFFF_FFFF,
+        "logprobs": 0,  # the sampled token's log-prob only
+        "stop_token_ids": [eos_token_id],
+        "skip_special_tokens": False,
+    }
+
+
+def to_generation(completion: Any) -> Generation:
+    """A vLLM CompletionOutput (token_ids, logprobs: one {token id: Logprob} per token, finish_reason)."""
+    token_ids = tuple(int(t) for t in completion.token_ids)
+    steps: Sequence[Mapping[int, Any]] = completion.logprobs or ()
+    if len(steps) != len(token_ids):
+        raise ValueError(f"{len(token_ids)} tokens but {len(steps)} log-prob entries")
+    logprobs = tuple(float(step[token].logprob) for step, token in zip(steps, token_ids, strict=True))
+    reason = "stop" if completion.finish_reason == "stop" else "length"
+    return Generation(token_ids, logprobs, reason)

@@ -1,0 +1,109 @@
+"""A trajectory as training samples: one per model turn, its prompt rebuilt, its response as recorded.
+
+The rollout worker records, per step, the response's token ids with their behaviour log-probs and the
+prompt's length, not the prompt itself. The learner rebuilds the prompt of step k from what the trajectory
+holds (the instruction and steps 0..k-1), with the same prompt encoder the policy used, and checks its
+length against the recorded one: a mismatch means the learner would train on a context the policy never
+saw, so the sample is refused (and counted), never guessed.
+
+Prompt encoders sit behind `PromptEncoder`. `BytesPromptEncoder` is what the non-neural plugins
+(`scripted`, `random`) report: the instruction's UTF-8 bytes (`actors.rollout.policy.prompt_length`).
+The chat encoder of the LLM policy (`actors.rollout.llm.ChatPromptEncoder`) is loaded lazily by name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from learner.step import Sample
+from schemas.requests import PolicyRequest, SamplingParams
+from schemas.trajectories import TrajectoryCompleted
+
+PROMPT_ENCODERS = ("chat", "bytes")
+
+
+class PromptEncoder(Protocol):
+    def encode(self, request: PolicyRequest) -> list[int]:
+        """The prompt token ids the policy was given for `request`."""
+        ...
+
+
+class BytesPromptEncoder:
+    """The instruction's UTF-8 bytes: the prompt of the byte-level non-neural plugins."""
+
+    def encode(self, request: PolicyRequest) -> list[int]:
+        return list(request.instruction.encode("utf-8"))
+
+
+@dataclass(frozen=True, slots=True)
+class SampleCounts:
+    samples: int = 0
+    refused_prompt: int = 0  # rebuilt prompt length differs from the recorded one
+    empty: int = 0  # a turn with no response tokens (nothing to train)
+
+    def __add__(self, other: SampleCounts) -> SampleCounts:
+        return SampleCounts(
+            self.samples + other.samples,
+            self.refused_prompt + other.refused_prompt,
+            self.empty + other.empty,
+        )
+
+
+def step_request(trajectory: TrajectoryCompleted, index: int) -> PolicyRequest:
+    """The request step `index` was sampled for: the instruction and the steps before it.
+
+    Sampling parameters are not recorded in the trajectory and do not shape the prompt: defaults."""
+    action = trajectory.steps[index].action
+    return PolicyRequest(action.meta, trajectory.instruction, trajectory.steps[:index], SamplingParams())
+
+
+def trajectory_samples(
+    trajectory: TrajectoryCompleted, advantage: float, encoder: PromptEncoder
+) -> tuple[list[Sample], SampleCounts]:
+    """One sample per model turn with response tokens, each carrying the trajectory's advantage."""
+    samples: list[Sample] = []
+    refused = empty = 0
+    for index, step in enumerate(trajectory.steps):
+        action = step.action
+        if not action.token_ids:
+            empty += 1
+            continue
+        prompt = encoder.encode(step_request(trajectory, index))
+        if len(prompt) != action.prompt_tokens or not prompt:
+            refused += 1
+            continue
+        samples.append(Sample(tuple(prompt), action.token_ids, action.logprobs, advantage))
+    return samples, SampleCounts(len(samples), refused, empty)
+
+
+def group_samples(
+    trajectories: Sequence[TrajectoryCompleted], advantages: Sequence[float], encoder: PromptEncoder
+) -> tuple[list[Sample], SampleCounts]:
+    samples: list[Sample] = []
+    counts = SampleCounts()
+    for trajectory, advantage in zip(trajectories, advantages, strict=True):
+        more, more_counts = trajectory_samples(trajectory, advantage, encoder)
+        samples += more
+        counts += more_counts
+    return samples, counts
+
+
+def make_encoder(name: str, model_dir: Path | None) -> PromptEncoder:
+    """The encoder `--prompt-encoder` names; the chat one needs the model folder's tokenizer."""
+    if name == "bytes":
+        return BytesPromptEncoder()
+    if name == "chat":
+        if model_dir is None:
+            raise ValueError("the chat prompt encoder needs the model folder (its tokenizer)")
+        # Imported only when chosen: it lives with the LLM policy and pulls in transformers' tokenizers.
+        from importlib import import_module
+
+        from transformers import AutoTokenizer
+
+        llm = import_module("actors.rollout.llm")
+        encoder: PromptEncoder = llm.ChatPromptEncoder(AutoTokenizer.from_pretrained(str(model_dir)))
+        return encoder
+    raise ValueError(f"unknown prompt encoder {name!r} ({', '.join(PROMPT_ENCODERS)})")

@@ -1,0 +1,285 @@
+"""The learner's planner: which trajectories to train on, and when, as a pure fold.
+
+`apply(state, input) -> (state, decisions)`. Inputs are what the learner process observes: a trajectory
+read from `trajectories.completed` at a (topic, partition, offset), an unreadable record there, a clock
+tick, and the end of a training step on a ready group. Nothing here reads a clock, a topic or a model;
+the worker feeds inputs in and carries out the decisions (`learner.worker`).
+
+The rules:
+- Trajectories are grouped by their group id (one task, one group of episodes started together): a group's
+  rewards are compared with each other (GRPO), so a group is trained as a whole.
+- A trajectory sampled more than `max_staleness` policy versions before the current one is dropped, when it
+  arrives or when a training step makes a waiting one too old (counted).
+- A full group (`group_size` members) whose rewards are all equal teaches nothing about which behaviour
+  was better: it is skipped (counted). Otherwise it becomes ready, with each member's advantage.
+- A group still incomplete `group_timeout_s` after its first member arrived is trained as it is when it has
+  at least two members with different rewards, and skipped otherwise (counted). Members that arrive for a
+  group already closed are counted late and not learned from.
+- An episode seen before (a redelivered trajectory) is counted as a duplicate and ignored.
+
+The state also holds the next offset to read per partition: every record before it has been accounted
+for (trained, dropped, skipped, or held in `pending`/`ready`, which the checkpoint stores). Restarting
+from a checkpointed state and those offsets neither loses nor repeats a trajectory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from learner.objective import group_advantages, is_stale
+from schemas.trajectories import TrajectoryCompleted
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """Where a record was read: its topic, partition and offset."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """A trajectory as the learner received it (`at_us`: the learner's clock at reception)."""
+
+    trajectory: TrajectoryCompleted
+    position: Position
+    at_us: int
+
+    @property
+    def episode_id(self) -> str:
+        return self.trajectory.meta.episode_id
+
+    @property
+    def group_key(self) -> str:
+        # Trajectories started without a group id are grouped by task (still the same prompt).
+        meta = self.trajectory.meta
+        return self.trajectory.group_id or f"task:{meta.task_id}@{meta.task_version}"
+
+
+@dataclass(frozen=True, slots=True)
+class Unreadable:
+    """A record that could not be decoded as a trajectory: only its offset is accounted for."""
+
+    position: Position
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    now_us: int
+
+
+@dataclass(frozen=True, slots=True)
+class Trained:
+    """The worker finished the training step on the ready group `group_key`: the policy version advances."""
+
+    group_key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Discarded:
+    """The ready group `group_key` gave no usable sample (every prompt refused): no step, no new version."""
+
+    group_key: str
+
+
+Input = Arrival | Unreadable | Tick | Trained | Discarded
+
+
+@dataclass(frozen=True, slots=True)
+class PlannerConfig:
+    group_size: int = 4
+    group_timeout_s: float = 120.0
+    max_staleness: int = 2
+
+    def __post_init__(self) -> None:
+        if self.group_size < 2:
+            raise ValueError(f"a group needs at least 2 members to compare rewards, not {self.group_size}")
+        if self.group_timeout_s <= 0 or self.max_staleness < 0:
+            raise ValueError("group timeout must be > 0 and max staleness >= 0")
+
+
+class Why(StrEnum):
+    STALE = "stale"
+    DUPLICATE = "duplicate"
+    LATE = "late"  # its group was already trained or skipped
+    ALL_EQUAL = "all_equal"
+    TIMEOUT = "timeout"  # incomplete at its deadline, with nothing to compare
+
+
+@dataclass(frozen=True, slots=True)
+class ReadyGroup:
+    """A group to train on, with each member's group-relative advantage (same order as `members`)."""
+
+    group_key: str
+    members: tuple[Arrival, ...]
+    advantages: tuple[float, ...]
+    partial: bool  # trained at its timeout with fewer than group_size members
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    group: ReadyGroup
+
+
+@dataclass(frozen=True, slots=True)
+class Dropped:
+    episode_ids: tuple[str, ...]
+    why: Why
+    group_key: str
+
+
+Decision = Ready | Dropped
+
+
+@dataclass(frozen=True, slots=True)
+class Counters:
+    arrived: int = 0
+    trained: int = 0  # trajectories in completed training steps
+    stale: int = 0
+    duplicate: int = 0
+    late: int = 0
+    all_equal: int = 0  # trajectories in groups skipped because their rewards were all equal
+    timeout: int = 0  # trajectories in groups skipped at their timeout
+    unreadable: int = 0
+    unusable: int = 0  # trajectories in ready groups that gave no usable sample
+    steps: int = 0  # training steps (= policy versions published by this learner)
+    partial_steps: int = 0
+
+    def add(self, **amounts: int) -> Counters:
+        return dataclasses.replace(self, **{k: getattr(self, k) + v for k, v in amounts.items()})
+
+
+@dataclass(frozen=True, slots=True)
+class PlannerState:
+    version: int = 0  # the current policy version (the one the next training step starts from)
+    offsets: Mapping[tuple[str, int], int] = field(default_factory=dict)  # next offset to read
+    pending: Mapping[str, tuple[Arrival, ...]] = field(default_factory=dict)  # incomplete groups
+    ready: tuple[ReadyGroup, ...] = ()  # decided, not yet trained (oldest first)
+    seen: frozenset[str] = frozenset()  # episode ids accounted for
+    closed: frozenset[str] = frozenset()  # group keys trained or skipped
+    counters: Counters = Counters()
+
+    def opened_us(self, group_key: str) -> int:
+        """When the group's first member arrived."""
+        return min(member.at_us for member in self.pending[group_key])
+
+    @property
+    def waiting(self) -> int:
+        """Trajectories held (pending or ready): the checkpoint carries them."""
+        return sum(len(m) for m in self.pending.values()) + sum(len(g.members) for g in self.ready)
+
+
+def apply(state: PlannerState, event: Input, config: PlannerConfig) -> tuple[PlannerState, list[Decision]]:
+    match event:
+        case Arrival():
+            return _arrive(_advance(state, event.position), event, config)
+        case Unreadable(position=position):
+            advanced = _advance(state, position)
+            return dataclasses.replace(advanced, counters=advanced.counters.add(unreadable=1)), []
+        case Tick(now_us=now_us):
+            return _expire(state, now_us, config)
+        case Trained(group_key=key):
+            return _trained(state, key, config)
+        case Discarded(group_key=key):
+            group = _ready_group(state, key)
+            ready = tuple(g for g in state.ready if g.group_key != key)
+            return dataclasses.replace(
+                state, ready=ready, counters=state.counters.add(unusable=len(group.members))
+            ), []
+    raise TypeError(f"not a planner input: {event!r}")
+
+
+def _advance(state: PlannerState, position: Position) -> PlannerState:
+    where = (position.topic, position.partition)
+    if state.offsets.get(where, 0) > position.offset:
+        return state  # re-read below a known offset: offsets never go back
+    return dataclasses.replace(state, offsets={**state.offsets, where: position.offset + 1})
+
+
+def _arrive(
+    state: PlannerState, arrival: Arrival, config: PlannerConfig
+) -> tuple[PlannerState, list[Decision]]:
+    episode, key = arrival.episode_id, arrival.group_key
+    if episode in state.seen:
+        return _counted(state, "duplicate", 1), [Dropped((episode,), Why.DUPLICATE, key)]
+    seen = dataclasses.replace(state, seen=state.seen | {episode}, counters=state.counters.add(arrived=1))
+    if key in state.closed:
+        return _counted(seen, "late", 1), [Dropped((episode,), Why.LATE, key)]
+    if is_stale(arrival.trajectory.min_policy_version, state.version, config.max_staleness):
+        return _counted(seen, "stale", 1), [Dropped((episode,), Why.STALE, key)]
+    members = (*state.pending.get(key, ()), arrival)
+    grown = dataclasses.replace(seen, pending={**state.pending, key: members})
+    if len(members) < config.group_size:
+        return grown, []
+    return _close(grown, key, partial=False)
+
+
+def _expire(state: PlannerState, now_us: int, config: PlannerConfig) -> tuple[PlannerState, list[Decision]]:
+    deadline_us = int(config.group_timeout_s * 1_000_000)
+    decisions: list[Decision] = []
+    for key in sorted(state.pending, key=state.opened_us):
+        if now_us - state.opened_us(key) >= deadline_us:
+            state, closed = _close(state, key, partial=True)
+            decisions += closed
+    return state, decisions
+
+
+def _close(state: PlannerState, key: str, *, partial: bool) -> tuple[PlannerState, list[Decision]]:
+    """Take the group out of `pending`: ready when its rewards differ, skipped otherwise."""
+    members = state.pending[key]
+    pending = {k: v for k, v in state.pending.items() if k != key}
+    closed = dataclasses.replace(state, pending=pending, closed=state.closed | {key})
+    advantages = group_advantages([m.trajectory.reward for m in members])
+    episodes = tuple(m.episode_id for m in members)
+    if advantages is None:
+        why = Why.TIMEOUT if partial and len(members) < 2 else Why.ALL_EQUAL
+        return _counted(closed, why.value, len(members)), [Dropped(episodes, why, key)]
+    group = ReadyGroup(key, members, tuple(advantages), partial)
+    return dataclasses.replace(closed, ready=(*closed.ready, group)), [Ready(group)]
+
+
+def _ready_group(state: PlannerState, key: str) -> ReadyGroup:
+    group = next((g for g in state.ready if g.group_key == key), None)
+    if group is None:
+        raise ValueError(f"group {key!r} is not ready for training")
+    return group
+
+
+def _trained(state: PlannerState, key: str, config: PlannerConfig) -> tuple[PlannerState, list[Decision]]:
+    group = _ready_group(state, key)
+    counters = state.counters.add(trained=len(group.members), steps=1, partial_steps=int(group.partial))
+    state = dataclasses.replace(
+        state,
+        version=state.version + 1,
+        ready=tuple(g for g in state.ready if g.group_key != key),
+        counters=counters,
+    )
+    return _drop_stale_pending(state, config)
+
+
+def _drop_stale_pending(state: PlannerState, config: PlannerConfig) -> tuple[PlannerState, list[Decision]]:
+    """A new version can make waiting members too old: they leave their group (which may refill)."""
+    decisions: list[Decision] = []
+    pending: dict[str, tuple[Arrival, ...]] = {}
+    dropped = 0
+    for key, members in state.pending.items():
+        too_old = [
+            is_stale(m.trajectory.min_policy_version, state.version, config.max_staleness) for m in members
+        ]
+        fresh = tuple(m for m, old in zip(members, too_old, strict=True) if not old)
+        if len(fresh) < len(members):
+            stale = tuple(m.episode_id for m, old in zip(members, too_old, strict=True) if old)
+            decisions.append(Dropped(stale, Why.STALE, key))
+            dropped += len(stale)
+        if fresh:
+            pending[key] = fresh
+    return dataclasses.replace(state, pending=pending, counters=state.counters.add(stale=dropped)), decisions
+
+
+def _counted(state: PlannerState, counter: str, amount: int) -> PlannerState:
+    return dataclasses.replace(state, counters=state.counters.add(**{counter: amount}))

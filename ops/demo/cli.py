@@ -1,0 +1,161 @@
+"""`trialog demo`: the main job. Stack, model, validated tasks, v0 evaluated, training, vN evaluated.
+
+Prints live progress on stderr and, at the end, the held-out pass rate of the first and the last policy
+version with one honest sentence about the difference, where the run report and the traces are, and
+writes everything it measured to `demo.json` in the demo's folder (`$TRIALOG_HOME/demo/<name>/`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ops.paths import REPO_ROOT, Paths
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from ops.demo.run import DemoSettings
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    text = (
+        "the main job: a short training run on the local stack, evaluated before and after on held-out tasks"
+    )
+    demo = subparsers.add_parser("demo", help=text, description=__doc__)
+    demo.add_argument("--minutes", type=float, default=10.0, help="training time budget (default 10)")
+    demo.add_argument("--toy-count", type=int, default=16, help="toy tasks, a quarter held out (default 16)")
+    demo.add_argument("--group-size", type=int, default=8, help="episodes per task per group (default 8)")
+    demo.add_argument("--capacity", type=int, default=8, help="episodes in flight at once (default 8)")
+    demo.add_argument(
+        "--eval-per-task", type=int, default=3, help="evaluation episodes per held-out task (default 3)"
+    )
+    demo.add_argument("--max-steps", type=int, default=3, help="actions per episode (default 3)")
+    demo.add_argument("--max-new-tokens", type=int, default=48, help="tokens per reply (default 48)")
+    demo.add_argument("--lora-rank", type=int, default=8, help="LoRA rank; 0 trains every weight (default 8)")
+    demo.add_argument("--seed", type=int, default=0, help="seed of the task draw and sampling (default 0)")
+    demo.add_argument("--name", help="the demo's name, prefix of its runs (default: demo-<hex>)")
+    demo.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    demo.set_defaults(handler=_cmd_demo)
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+@contextmanager
+def _phase(name: str, timings: dict[str, float]) -> Iterator[None]:
+    _say(f"==> {name}")
+    started = time.monotonic()
+    yield
+    timings[name] = round(time.monotonic() - started, 1)
+    _say(f"==> {name}: {timings[name]} s")
+
+
+def settings_from_args(args: argparse.Namespace) -> DemoSettings:
+    from ops.demo.run import DemoSettings
+
+    settings = DemoSettings(
+        name=args.name or f"demo-{uuid.uuid4().hex[:6]}",
+        minutes=args.minutes,
+        toy_count=args.toy_count,
+        group_size=args.group_size,
+        capacity=args.capacity,
+        eval_per_task=args.eval_per_task,
+        max_steps=args.max_steps,
+        max_new_tokens=args.max_new_tokens,
+        lora_rank=args.lora_rank,
+        seed=args.seed,
+    )
+    for name in ("toy_count", "group_size", "capacity", "eval_per_task", "max_steps", "max_new_tokens"):
+        if getattr(settings, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
+    if settings.minutes <= 0 or settings.lora_rank < 0:
+        raise ValueError("--minutes must be positive and --lora-rank at least 0")
+    return settings
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from learner.model import prepare_model
+    from ops.console import StackError
+    from ops.demo.run import Stage, assemble_tasks, evaluate, train
+    from ops.demo.summary import DemoSummary
+    from ops.run_cli import validate_tasks
+    from ops.stack.stack import StackConfig, up
+
+    try:
+        settings = settings_from_args(args)
+    except ValueError as exc:
+        raise StackError(f"trialog demo: {exc}", "fix the options") from None
+    paths = Paths.from_env()
+    folder = paths.component("demo") / settings.name
+    timings: dict[str, float] = {}
+    config = StackConfig.load(paths)
+    with _phase("local stack up", timings):
+        up(config)
+    with _phase("policy model", timings):
+        model = prepare_model(paths.cache)
+    with _phase("tasks: import and validate", timings):
+        tasks = assemble_tasks(folder / "tasks", settings)
+        validate_tasks([*tasks.train, *tasks.heldout])
+    stage = Stage(paths, config.kafka.bootstrap, model, settings)
+    name = settings.name
+    with _phase("evaluation of v0 on the held-out tasks", timings):
+        before = evaluate(stage, f"{name}-eval-v0", tasks.heldout, version=0, versions_run=None)
+        _say(f"   {before.line()}")
+    with _phase(f"training for {settings.minutes:g} min", timings):
+        training = train(stage, f"{name}-train", tasks.train)
+        _say(f"   published versions {training.versions or 'none'}")
+    last = training.versions[-1] if training.versions else 0
+    with _phase(f"evaluation of v{last} on the held-out tasks", timings):
+        after = evaluate(
+            stage, f"{name}-eval-v{last}", tasks.heldout, version=last,
+            versions_run=training.run if last else None,
+        )  # fmt: skip
+        _say(f"   {after.line()}")
+    report = _report(training.run, folder / "report", _say)
+    summary = DemoSummary(
+        before, training, after, timings, report=str(report or ""), traces=config.jaeger.query_url
+    )
+    (folder / "demo.json").write_text(json.dumps(summary.to_json(), indent=2) + "\n")
+    _print_summary(summary, folder, as_json=args.json)
+    return 0
+
+
+def _report(run: str, out: Path, say: Callable[[str], None]) -> Path | None:
+    """The training run's report page (`trialog report`), or None when it could not be written."""
+    from ops.report.cli import PAGE
+
+    argv = [sys.executable, "-m", "ops.cli", "report", run, "--out", str(out)]
+    done = subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        say(f"the run report could not be written ({done.stderr.strip()[-300:]})")
+        return None
+    return out / PAGE
+
+
+def _print_summary(summary: object, folder: Path, *, as_json: bool) -> None:
+    from ops.demo.summary import DemoSummary
+
+    assert isinstance(summary, DemoSummary)
+    if as_json:
+        print(json.dumps(summary.to_json(), indent=2))
+        return
+    t = summary.training
+    print(f"training {t.run}: {t.episodes_ended} episodes ended ({t.completed} completed, {t.passed} passed, "
+          f"failed {t.failed_by_class or 0}); versions {t.versions or 'none'}; "
+          f"{t.trajectories_trained} trajectories trained")  # fmt: skip
+    print(f"before: {summary.before.line()}")
+    print(f"after:  {summary.after.line()}")
+    print(summary.verdict())
+    print(f"summary: {folder / 'demo.json'}")
+    print(f"run report: {summary.report or '(not written)'}")
+    print(f"traces: {summary.traces} (Jaeger; service names trialog-*, one trace per episode)")

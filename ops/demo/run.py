@@ -1,0 +1,230 @@
+"""The demo's phases on the local stack: tasks, evaluation of v0, training, evaluation of the last version.
+
+Every phase is a real run with its own topics (`<name>-eval-v0`, `<name>-train`, `<name>-eval-vN`) and
+its workers as OS processes, exactly as `trialog run start --spawn` starts them, plus the learner during
+training. The evaluations pin the rollout to one policy version and give each held-out task the same
+number of episodes with the same seeds (round-robin task draw), so they differ only in the weights.
+Training runs for a fixed wall-clock budget: the scheduler keeps the pipeline full until time is up, then
+every worker is stopped and the last published version is evaluated.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from actors.scheduler.core import Target
+from actors.scheduler.status import RunStatus, read_status
+from actors.scheduler.worker import SchedulerProcess, SchedulerSettings
+from ops.demo.summary import Evaluation, Training, evaluation
+from ops.paths import REPO_ROOT, Paths
+from ops.run_cli import Workers, worker_commands
+from schemas.sources import Origin
+
+EXAMPLES = REPO_ROOT / "examples" / "tasks"
+TRAIN_EXAMPLE = "easy-fix-add"
+HELDOUT_EXAMPLE = "easy-implement-square"
+TRAIN_HUMANEVAL = "humaneval-053"  # add(x, y): the easiest HumanEval problem
+PROGRESS_EVERY_S = 20.0
+TRAINING_EPISODES = 100_000  # the scheduler never runs out during the time budget
+
+
+@dataclass(frozen=True)
+class DemoSettings:
+    name: str
+    minutes: float = 10.0
+    toy_count: int = 16
+    holdout_every: int = 4
+    group_size: int = 8
+    capacity: int = 8
+    eval_per_task: int = 3
+    max_steps: int = 3
+    max_new_tokens: int = 48
+    lora_rank: int = 8
+    group_timeout_s: float = 150.0
+    lr: float = 1e-4  # AdamW on the LoRA weights
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class TaskSets:
+    train: list[Path]
+    heldout: list[Path]
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def assemble_tasks(folder: Path, settings: DemoSettings) -> TaskSets:
+    """Toy tasks (train / held-out), one example task on each side, one HumanEval task for training."""
+    from actors.tasks.humaneval import import_humaneval
+    from actors.tasks.toy import import_toy
+
+    toy = import_toy(folder / "toy", count=settings.toy_count, holdout_every=settings.holdout_every)
+    import_humaneval(folder / "humaneval")
+    return TaskSets(
+        train=[*toy.train, EXAMPLES / TRAIN_EXAMPLE, folder / "humaneval" / TRAIN_HUMANEVAL],
+        heldout=[*toy.heldout, EXAMPLES / HELDOUT_EXAMPLE],
+    )
+
+
+@dataclass
+class Stage:
+    """What every phase shares: where things are and how the workers are started."""
+
+    paths: Paths
+    bootstrap: str
+    model: Path
+    settings: DemoSettings
+    say: Callable[[str], None] = _say
+
+    def rollout_args(self, *, versions_run: str | None, pin: int | None) -> list[str]:
+        args = ["--model", str(self.model), "--max-new-tokens", str(self.settings.max_new_tokens)]
+        args += ["--batch", str(self.settings.capacity)]
+        if versions_run is not None:
+            args += ["--versions-run", versions_run]
+        if pin is not None:
+            args += ["--pin-version", str(pin)]
+        return args
+
+    def learner_command(self, run: str) -> list[str]:
+        s = self.settings
+        return [
+            sys.executable, "-m", "ops.cli", "worker", "learner", "--run", run, "--bootstrap", self.bootstrap,
+            "--model", str(self.model), "--group-size", str(s.group_size),
+            "--group-timeout-s", str(s.group_timeout_s), "--lora-rank", str(s.lora_rank),
+            "--prompt-encoder", "chat", "--objects", str(self.paths.objects), "--lr", str(s.lr),
+            # The rollout is the bottleneck on a small CPU machine: the learner keeps to one core.
+            "--threads", "1",
+            "--checkpoint-dir", str(self.paths.component("runs") / run / "learner"),
+        ]  # fmt: skip
+
+    def publish(self, run: str, tasks: Sequence[Path]) -> None:
+        from actors.tasks.publish import publish_tasks
+        from ops.topics import ensure_topics
+
+        ensure_topics(self.bootstrap, run)
+        published = publish_tasks(tasks, self.bootstrap, self.paths, run=run)
+        self.say(f"run {run}: published {len(published)} tasks")
+
+    def workers(self, run: str, tasks: Sequence[Path], rollout_args: list[str]) -> Workers:
+        commands = worker_commands(run, self.bootstrap, "llm", tasks, self.paths, rollout_args)
+        workers = Workers(self.paths.component("runs") / run / "logs")
+        workers.start(commands)
+        return workers
+
+
+def evaluate(
+    stage: Stage, run: str, tasks: Sequence[Path], *, version: int, versions_run: str | None
+) -> Evaluation:
+    """Every held-out task `eval_per_task` times with `version` pinned; the seeds depend only on the task."""
+    s = stage.settings
+    started = time.monotonic()
+    stage.publish(run, tasks)
+    episodes = len(tasks) * s.eval_per_task
+    target = Target(
+        run_id=run, episodes=episodes, group_size=s.eval_per_task, capacity=s.capacity, seed=s.seed,
+        max_steps=s.max_steps, policy_version=version, round_robin=True,
+    )  # fmt: skip
+    pin = version if versions_run is not None else None
+    workers = stage.workers(run, tasks, stage.rollout_args(versions_run=versions_run, pin=pin))
+    try:
+        _schedule(stage, workers, target, deadline=None)
+    finally:
+        workers.stop()
+    status = read_status(stage.bootstrap, run)
+    return evaluation(status, policy_version=version, episodes=episodes, seconds=time.monotonic() - started)
+
+
+def train(stage: Stage, run: str, tasks: Sequence[Path]) -> Training:
+    """Episodes on the training tasks with the learner publishing versions, for `minutes`."""
+    s = stage.settings
+    started = time.monotonic()
+    stage.publish(run, tasks)
+    target = Target(
+        run_id=run, episodes=TRAINING_EPISODES, group_size=s.group_size, capacity=s.capacity, seed=s.seed,
+        max_steps=s.max_steps, round_robin=True,
+    )  # fmt: skip
+    workers = stage.workers(run, tasks, stage.rollout_args(versions_run=run, pin=None))
+    workers.start({"learner": stage.learner_command(run)})
+    try:
+        _schedule(stage, workers, target, deadline=started + s.minutes * 60)
+    finally:
+        workers.stop()
+    status = read_status(stage.bootstrap, run)
+    published = published_versions(stage.bootstrap, run)
+    data = status.to_json()
+    return Training(
+        run=run,
+        seconds=time.monotonic() - started,
+        episodes_ended=data["completed"] + data["failed"],
+        completed=data["completed"],
+        passed=data["verdicts"].get("pass", 0),
+        failed_by_class=data["failed_by_class"],
+        versions=[version for version, _trained in published],
+        trajectories_trained=sum(trained for _version, trained in published),
+    )
+
+
+def published_versions(bootstrap: str, run: str) -> list[tuple[int, int]]:
+    """(version, trajectories trained into it) of every PolicyPublished of `run`, in version order."""
+    from actors.scheduler.log import read_to_end
+    from ops.topics import topic_name
+    from schemas.publications import PolicyPublished
+
+    found = {
+        value.version: value.trajectories
+        for _topic, value in read_to_end(bootstrap, [topic_name(run, "policy.versions")])
+        if isinstance(value, PolicyPublished) and value.run_id == run
+    }
+    return sorted(found.items())
+
+
+def _schedule(stage: Stage, workers: Workers, target: Target, *, deadline: float | None) -> None:
+    """The scheduler in a thread; progress every PROGRESS_EVERY_S; stops at the deadline or when done."""
+    process = SchedulerProcess(
+        SchedulerSettings(stage.bootstrap, target), Origin.system("scheduler", "demo"), say=lambda _text: None
+    )
+    thread = threading.Thread(target=process.run, name="scheduler", daemon=True)
+    thread.start()
+    started = next_line = time.monotonic()
+    try:
+        while thread.is_alive():
+            thread.join(timeout=1.0)
+            now = time.monotonic()
+            if dead := workers.dead():
+                raise RuntimeError(f"run {target.run_id}: workers exited {dead}; see {workers.logs}")
+            if deadline is not None and now >= deadline:
+                stage.say(f"run {target.run_id}: time is up; stopping the episodes in flight")
+                break
+            if now >= next_line:
+                stage.say(progress_line(stage.bootstrap, target, now - started))
+                next_line = now + PROGRESS_EVERY_S
+    finally:
+        process.stopping.set()
+        thread.join(timeout=30)
+    stage.say(progress_line(stage.bootstrap, target, time.monotonic() - started))
+
+
+def progress_line(bootstrap: str, target: Target, elapsed_s: float) -> str:
+    """Episodes, rewards, the newest policy version and the staleness of what ended last."""
+    status: RunStatus = read_status(bootstrap, target.run_id)
+    data = status.to_json()
+    ended = data["completed"] + data["failed"]
+    total = "" if target.episodes >= TRAINING_EPISODES else f"/{target.episodes}"
+    mean = "-" if status.mean_reward is None else f"{status.mean_reward:.2f}"
+    line = (
+        f"[{elapsed_s / 60:4.1f} min] {target.run_id}: ended {ended}{total} (passed "
+        f"{data['verdicts'].get('pass', 0)}, failed {data['failed']}), in flight {data['in_flight']}, "
+        f"mean reward {mean}"
+    )
+    if target.episodes >= TRAINING_EPISODES:
+        versions = published_versions(bootstrap, target.run_id)
+        newest = versions[-1][0] if versions else 0
+        line += f", policy v{newest}, trained {sum(t for _v, t in versions)}"
+    return line

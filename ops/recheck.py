@@ -1,0 +1,249 @@
+"""`trialog audit RUN --recheck`: grade every completed episode's final workspace again and compare.
+
+For each episode that completed, the final snapshot is the one the fold defines (the snapshot taken after
+the last executed step; the task's initial snapshot when no step ran). It is graded again with the frozen
+tests of exactly the task version the episode ran against (`ops.bundled_tasks`), in a fresh sandbox
+(`actors.verifier.grading.SnapshotGrader`), and the fresh grade is compared with every place the run
+recorded one: `RewardAssigned` (and the snapshot it says it graded), `EpisodeCompleted` and the
+`TrajectoryCompleted` the learner reads. Any field that differs is a `Difference`; an episode that could
+not be graded again (its task or snapshot unavailable, a sandbox failure) is an error, never a pass.
+
+The comparison is pure (`compare`); grading goes through the `Grader` and `TaskSource` protocols.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from actors.tasks.spec import Task
+from actors.verifier.grading import Grader
+from actors.verifier.tasks import TaskSource, TaskUnavailable
+from ops.runlog import EpisodeLog, LoggedRun
+from schemas.blobs import ObjectStore
+from schemas.trajectories import TrajectoryCompleted
+
+REWARD_TOLERANCE = 1e-6  # rewards are doubles computed by one rule; anything above noise is a difference
+
+
+@dataclass(frozen=True)
+class RecordedGrade:
+    """A grade as one record of the run states it."""
+
+    source: str  # RewardAssigned | EpisodeCompleted | TrajectoryCompleted
+    reward: float
+    verdict: str
+    passed: int | None = None
+    total: int | None = None
+    snapshot_id: str | None = None  # the snapshot the record says was graded (RewardAssigned only)
+
+
+@dataclass(frozen=True)
+class FreshGrade:
+    reward: float
+    verdict: str
+    passed: int
+    total: int
+    snapshot_id: str
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Difference:
+    source: str
+    field: str
+    recorded: Any
+    regraded: Any
+
+    def __str__(self) -> str:
+        return f"{self.source}.{self.field}: recorded {self.recorded!r}, regraded {self.regraded!r}"
+
+
+def recorded_grades(episode: EpisodeLog) -> list[RecordedGrade]:
+    """Every grade the run recorded for `episode`."""
+    grades: list[RecordedGrade] = []
+    if (reward := episode.reward) is not None:
+        grades.append(
+            RecordedGrade(
+                "RewardAssigned", reward.reward, reward.verdict.value, reward.passed, reward.total,
+                reward.meta.snapshot_id,
+            )
+        )  # fmt: skip
+    if (completed := episode.completed) is not None:
+        grades.append(RecordedGrade("EpisodeCompleted", completed.reward, completed.verdict.value))
+    trajectory = episode.trajectory
+    if isinstance(trajectory, TrajectoryCompleted):
+        grades.append(
+            RecordedGrade(
+                "TrajectoryCompleted", trajectory.reward, trajectory.verdict.value, trajectory.passed,
+                trajectory.total,
+            )
+        )  # fmt: skip
+    return grades
+
+
+def final_snapshot(episode: EpisodeLog) -> str | None:
+    """The workspace an episode ended with: after its last executed step, else the task's initial tree."""
+    executed = episode.executions
+    if executed:
+        return executed[-1].meta.snapshot_id
+    started = episode.started
+    return started.meta.snapshot_id if started is not None else None
+
+
+def compare(recorded: Sequence[RecordedGrade], fresh: FreshGrade) -> list[Difference]:
+    """Each field of each recorded grade that the fresh grade contradicts."""
+    differences: list[Difference] = []
+    for grade in recorded:
+        if not math.isclose(grade.reward, fresh.reward, rel_tol=0.0, abs_tol=REWARD_TOLERANCE):
+            differences.append(Difference(grade.source, "reward", grade.reward, fresh.reward))
+        if grade.verdict != fresh.verdict:
+            differences.append(Difference(grade.source, "verdict", grade.verdict, fresh.verdict))
+        for name in ("passed", "total"):
+            value = getattr(grade, name)
+            if value is not None and value != getattr(fresh, name):
+                differences.append(Difference(grade.source, name, value, getattr(fresh, name)))
+        if grade.snapshot_id is not None and grade.snapshot_id != fresh.snapshot_id:
+            differences.append(Difference(grade.source, "snapshot_id", grade.snapshot_id, fresh.snapshot_id))
+    return differences
+
+
+@dataclass(frozen=True)
+class EpisodeRecheck:
+    episode: str
+    task_id: str
+    task_version: str
+    recorded: tuple[RecordedGrade, ...]
+    fresh: FreshGrade | None = None
+    differences: tuple[Difference, ...] = ()
+    error: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "episode": self.episode,
+            "task_id": self.task_id,
+            "task_version": self.task_version,
+            "recorded": [asdict(grade) for grade in self.recorded],
+            "regraded": asdict(self.fresh) if self.fresh is not None else None,
+            "differences": [asdict(difference) for difference in self.differences],
+            "error": self.error,
+        }
+
+
+@dataclass(frozen=True)
+class RecheckReport:
+    episodes: tuple[EpisodeRecheck, ...] = field(default_factory=tuple)
+
+    @property
+    def differing(self) -> list[EpisodeRecheck]:
+        return [episode for episode in self.episodes if episode.differences]
+
+    @property
+    def errors(self) -> list[EpisodeRecheck]:
+        return [episode for episode in self.episodes if episode.error]
+
+    @property
+    def ok(self) -> bool:
+        return not self.differing and not self.errors
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "rechecked": len(self.episodes),
+            "differences": sum(len(episode.differences) for episode in self.episodes),
+            "episodes_differing": len(self.differing),
+            "errors": len(self.errors),
+            "episodes": [
+                episode.to_json() for episode in self.episodes if episode.differences or episode.error
+            ],
+        }
+
+    def table(self) -> str:
+        lines = [
+            f"rechecked {len(self.episodes)} completed episodes in fresh sandboxes: "
+            f"{len(self.differing)} with a different reward, {len(self.errors)} not gradable"
+        ]
+        for episode in self.episodes:
+            for difference in episode.differences:
+                lines.append(f"  {episode.episode}  DIFFERS  {difference}")
+            if episode.error:
+                lines.append(f"  {episode.episode}  ERROR  {episode.error}")
+        return "\n".join(lines)
+
+
+def completed_episodes(run: LoggedRun) -> list[EpisodeLog]:
+    return [run.episodes[e] for e in sorted(run.episodes) if run.episodes[e].completed is not None]
+
+
+def recheck_episode(episode: EpisodeLog, tasks: TaskSource, grader: Grader) -> EpisodeRecheck:
+    task_id, task_version = episode.task or ("", "")
+    recorded = tuple(recorded_grades(episode))
+    base = EpisodeRecheck(episode.episode_id, task_id, task_version, recorded)
+    snapshot = final_snapshot(episode)
+    started = episode.started
+    if snapshot is None or started is None:
+        return _with_error(base, "the log holds no EpisodeStarted or no final snapshot to grade")
+    try:
+        task: Task = tasks.get(task_id, task_version)
+    except TaskUnavailable as exc:
+        return _with_error(base, f"{exc.reason}: {exc.detail}")
+    try:
+        grade = grader(task, snapshot, started.image or None).grade
+    except Exception as exc:  # an infrastructure failure is reported per episode, the recheck goes on
+        return _with_error(base, f"grading failed: {type(exc).__name__}: {exc}")
+    if not grade.trainable:
+        return _with_error(base, f"grading failed: {grade.detail}")
+    fresh = FreshGrade(grade.reward, grade.verdict.value, grade.passed, grade.total, snapshot, grade.detail)
+    return EpisodeRecheck(
+        episode.episode_id, task_id, task_version, recorded, fresh, tuple(compare(recorded, fresh))
+    )
+
+
+def _with_error(base: EpisodeRecheck, error: str) -> EpisodeRecheck:
+    return EpisodeRecheck(base.episode, base.task_id, base.task_version, base.recorded, error=error)
+
+
+def recheck(
+    run: LoggedRun,
+    tasks: TaskSource,
+    grader: Grader,
+    *,
+    on_done: Callable[[EpisodeRecheck], None] | None = None,
+) -> RecheckReport:
+    results = []
+    for episode in completed_episodes(run):
+        result = recheck_episode(episode, tasks, grader)
+        results.append(result)
+        if on_done is not None:
+            on_done(result)
+    return RecheckReport(tuple(results))
+
+
+def recheck_in_sandboxes(
+    run: LoggedRun, objects: ObjectStore, *, fallback: TaskSource | None = None, quiet: bool = False
+) -> RecheckReport:
+    """`recheck` with the run's published tasks and fresh Docker sandboxes on the local stack's engine,
+    reading `objects` and writing nothing to it; a progress bar on a terminal unless `quiet`."""
+    from actors.verifier.grading import SnapshotGrader
+    from ops.audit_sandboxes import OverlayStore, audit_backend, default_image
+    from ops.bundled_tasks import BundledTasks
+    from ops.progress import ProgressBar
+
+    store = OverlayStore(objects)
+    todo = len(completed_episodes(run))
+    with (
+        tempfile.TemporaryDirectory(prefix="trialog-recheck-") as scratch,
+        audit_backend(store) as backend,
+        ProgressBar(todo, "recheck", quiet=quiet) as bar,
+    ):
+        tasks = BundledTasks(run.tasks, objects, Path(scratch), fallback)
+        grader = SnapshotGrader(backend, store, default_image())
+
+        def done(result: EpisodeRecheck) -> None:
+            bar.advance(f"{result.episode}: {'differs' if result.differences else result.error or 'same'}")
+
+        return recheck(run, tasks, grader, on_done=done)

@@ -1,0 +1,181 @@
+"""The figures of a run report, gathered from the run's log (pure: a `LoggedRun` in, a `ReportData` out).
+
+Times are the events' `occurred_at_us`, taken once at their source. The stages of a step:
+
+* **policy**: from the event before an `ActionProposed` (EpisodeStarted or the previous StepExecuted) to it,
+  i.e. the request, the queue and the sampling;
+* **sandbox**: from an `ActionProposed` to its `StepExecuted` (restore, exec, snapshot and the trip back);
+* **verify**: from the submitting `ActionProposed` to `RewardAssigned` (grading in a fresh sandbox).
+
+The sandbox's own time per step (`StepExecuted.duration_us`) is shown apart, by step index.
+
+Staleness: the log records no "trajectory consumed" event, so a completed trajectory counts as consumed by
+the learner when a policy version was published after it completed; its lag is the policy version current
+when it completed minus the oldest version that sampled it (`min_policy_version`). Without any
+`PolicyPublished` nothing was consumed, and the report says so.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+from ops.runlog import EpisodeLog, LoggedRun
+from schemas.events import ActionProposed, EpisodeStarted, RewardAssigned, StepExecuted
+from schemas.trajectories import TrajectoryCompleted
+
+STAGES = ("policy", "sandbox", "verify")
+TABLE_ROWS = 20
+
+
+@dataclass(frozen=True)
+class EpisodeRow:
+    episode: str
+    task_id: str
+    outcome: str  # completed | failed | in_flight
+    detail: str  # reward and verdict, or failure class and reason
+    duration_s: float
+    steps: int
+
+
+@dataclass(frozen=True)
+class ReportData:
+    run: str
+    episodes: int
+    completed: int
+    failed: int
+    in_flight: int
+    first_us: int
+    last_us: int
+    mean_reward: float | None
+    reward_by_version: list[tuple[int, float, int]] = field(default_factory=list)  # version, mean, count
+    ended_per_minute: list[int] = field(default_factory=list)  # index: minutes since the first event
+    stage_latency_s: dict[str, list[float]] = field(default_factory=dict)
+    sandbox_by_step: list[tuple[int, float, int]] = field(default_factory=list)  # step, mean s, count
+    failures: dict[str, int] = field(default_factory=dict)
+    verdicts: dict[str, int] = field(default_factory=dict)
+    staleness: list[int] | None = None  # None: no trajectory consumed (no policy version published)
+    policy_versions: int = 0
+    slowest: list[EpisodeRow] = field(default_factory=list)
+    failed_rows: list[EpisodeRow] = field(default_factory=list)
+
+
+def _outcome(episode: EpisodeLog) -> str:
+    if episode.completed is not None:
+        return "completed"
+    return "failed" if episode.failed is not None else "in_flight"
+
+
+def _row(episode: EpisodeLog) -> EpisodeRow:
+    task = episode.task or ("", "")
+    completed, failed = episode.completed, episode.failed
+    if completed is not None:
+        detail = f"reward {completed.reward:g} ({completed.verdict.value})"
+    elif failed is not None:
+        detail = f"{failed.failure.value}: {failed.reason}"
+    else:
+        detail = "not ended"
+    duration_us = completed.duration_us if completed is not None else episode.last_us - episode.first_us
+    return EpisodeRow(
+        episode.episode_id, task[0], _outcome(episode), detail, duration_us / 1e6, len(episode.actions)
+    )
+
+
+def stage_latencies(episode: EpisodeLog) -> dict[str, list[float]]:
+    """Seconds spent in each stage by each step of `episode` (see the module's docstring)."""
+    out: dict[str, list[float]] = defaultdict(list)
+    before: int | None = None  # time of the event the next policy call answers
+    proposed: ActionProposed | None = None
+    for logged in episode.events:
+        event, at = logged.event, logged.event.meta.occurred_at_us
+        if isinstance(event, EpisodeStarted):
+            before = at
+        elif isinstance(event, ActionProposed):
+            if before is not None:
+                out["policy"].append((at - before) / 1e6)
+            proposed = event
+        elif isinstance(event, StepExecuted):
+            if proposed is not None and proposed.meta.step == event.meta.step:
+                out["sandbox"].append((at - proposed.meta.occurred_at_us) / 1e6)
+            before = at
+        elif isinstance(event, RewardAssigned) and proposed is not None:
+            out["verify"].append((at - proposed.meta.occurred_at_us) / 1e6)
+    return out
+
+
+def _sampling_version(episode: EpisodeLog) -> int | None:
+    versions = [action.meta.policy_version for action in episode.actions]
+    if versions:
+        return max(versions)
+    started = episode.started
+    return started.meta.policy_version if started is not None else None
+
+
+def _staleness(run: LoggedRun) -> list[int] | None:
+    if not run.policies:
+        return None
+    published = sorted((p.meta.occurred_at_us, p.version) for p in run.policies)
+    last_published_us = published[-1][0]
+    lags = []
+    for episode in run.episodes.values():
+        trajectory = episode.trajectory
+        if not isinstance(trajectory, TrajectoryCompleted):
+            continue
+        done_us = trajectory.meta.occurred_at_us
+        if done_us > last_published_us:
+            continue  # completed after the last update: not consumed yet
+        current = max((version for at, version in published if at <= done_us), default=0)
+        lags.append(max(current - trajectory.min_policy_version, 0))
+    return lags
+
+
+def gather(run: LoggedRun, run_name: str, rows: int = TABLE_ROWS) -> ReportData:
+    episodes = [e for e in run.episodes.values() if e.events]
+    first_us = min((e.first_us for e in episodes), default=0)
+    last_us = max((e.last_us for e in episodes), default=0)
+    rewards: dict[int, list[float]] = defaultdict(list)
+    per_minute: Counter[int] = Counter()
+    stages: dict[str, list[float]] = {stage: [] for stage in STAGES}
+    by_step: dict[int, list[float]] = defaultdict(list)
+    failures: Counter[str] = Counter()
+    verdicts: Counter[str] = Counter()
+    for episode in episodes:
+        completed, failed = episode.completed, episode.failed
+        if completed is not None:
+            version = _sampling_version(episode)
+            rewards[version if version is not None else 0].append(completed.reward)
+            verdicts[completed.verdict.value] += 1
+        if failed is not None:
+            failures[failed.failure.value] += 1
+        if completed is not None or failed is not None:
+            per_minute[(episode.last_us - first_us) // 60_000_000] += 1
+        for stage, values in stage_latencies(episode).items():
+            stages[stage].extend(values)
+        for executed in episode.executions:
+            by_step[executed.meta.step].append(executed.duration_us / 1e6)
+    all_rewards = [reward for values in rewards.values() for reward in values]
+    ended = [_row(e) for e in episodes]
+    minutes = max(per_minute, default=-1) + 1
+    return ReportData(
+        run=run_name,
+        episodes=len(episodes),
+        completed=sum(row.outcome == "completed" for row in ended),
+        failed=sum(row.outcome == "failed" for row in ended),
+        in_flight=sum(row.outcome == "in_flight" for row in ended),
+        first_us=first_us,
+        last_us=last_us,
+        mean_reward=statistics.fmean(all_rewards) if all_rewards else None,
+        reward_by_version=[(v, statistics.fmean(r), len(r)) for v, r in sorted(rewards.items())],
+        ended_per_minute=[per_minute.get(minute, 0) for minute in range(minutes)],
+        stage_latency_s=stages,
+        sandbox_by_step=[(s, statistics.fmean(d), len(d)) for s, d in sorted(by_step.items())],
+        failures=dict(failures.most_common()),
+        verdicts=dict(verdicts.most_common()),
+        staleness=_staleness(run),
+        policy_versions=len({p.version for p in run.policies}),
+        slowest=sorted(
+            (row for row in ended if row.outcome == "completed"), key=lambda r: (-r.duration_s, r.episode)
+        )[:rows],
+        failed_rows=sorted((row for row in ended if row.outcome == "failed"), key=lambda r: r.episode)[:rows],
+    )

@@ -1,0 +1,184 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from kafka.errors import KafkaConnectionError
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from learner import checkpoint, testing
+from learner.lora import Adaptation, trainable_state
+from learner.publish import MemoryAnnouncer
+from learner.samples import BytesPromptEncoder
+from learner.state import PlannerConfig, Position, Unreadable
+from learner.trainer import TrainSettings
+from learner.worker import STATS_FILE, Learner, LearnerSettings, Polled, inputs
+from ops.telemetry import tracing
+from ops.telemetry.ids import TRACEPARENT, SpanRef, episode_root_span_id, episode_trace_id
+from ops.telemetry.otel import OtelTracer
+from schemas.blobs import MemoryObjectStore
+from schemas.codec import default_codec
+from schemas.publications import PolicyPublished
+from schemas.sources import FixedClock
+from tests.unit.actors.requests import fixed_origin
+
+TOPIC = "run-test.trajectories.completed"
+CODEC = default_codec()
+
+
+class Crash(Exception):
+    pass
+
+
+class CrashingAnnouncer(MemoryAnnouncer):
+    def announce(self, published: PolicyPublished) -> None:
+        raise Crash("killed between the checkpoint and the announcement")
+
+
+def make_learner(folder: Path, announcer: MemoryAnnouncer, store: MemoryObjectStore) -> Learner:
+    settings = LearnerSettings(
+        run_id="run-test",
+        checkpoint_dir=folder,
+        planner=PlannerConfig(group_size=2, group_timeout_s=60, max_staleness=4),
+        train=TrainSettings(micro_batch=2),
+        adaptation=Adaptation(rank=4),
+        lr=1e-2,
+    )
+    return Learner(
+        testing.tiny_llama(), BytesPromptEncoder(), store, announcer, settings, fixed_origin("learner")
+    )
+
+
+def feed(learner: Learner, group_id: str, rewards: list[float], first_offset: int) -> None:
+    records = [
+        (Position(TOPIC, 0, first_offset + i), CODEC.encode(t))
+        for i, t in enumerate(testing.group(group_id, rewards))
+    ]
+    for event in inputs(records, CODEC, FixedClock()):
+        learner.offer(event)
+
+
+def test_a_ready_group_is_trained_stored_checkpointed_and_announced(tmp_path: Path) -> None:
+    announcer, store = MemoryAnnouncer(), MemoryObjectStore()
+    learner = make_learner(tmp_path, announcer, store)
+    before = trainable_state(learner.model)
+    feed(learner, "g1", [1.0, 0.0], 0)
+    [published] = announcer.published
+    assert (published.version, published.base_version, published.trajectories) == (1, 0, 2)
+    assert store.contains(published.weights.sha256)
+    saved = checkpoint.load(tmp_path)
+    assert saved is not None
+    assert saved.version == 1 and saved.published == published
+    assert saved.planner.offsets == {(TOPIC, 0): 2}
+    assert any(not torch.equal(before[k], v) for k, v in saved.trainable.items())
+    [line] = (tmp_path / STATS_FILE).read_text().splitlines()
+    report = json.loads(line)
+    assert report["version"] == 1 and report["trajectories"] == 2
+    assert report["counters"]["trained"] == 2
+
+
+def test_a_restarted_learner_resumes_from_its_checkpoint(tmp_path: Path) -> None:
+    announcer, store = MemoryAnnouncer(), MemoryObjectStore()
+    first = make_learner(tmp_path, announcer, store)
+    feed(first, "g1", [1.0, 0.0], 0)
+    feed(first, "g2", [0.0], 2)  # half a group, waiting in the checkpoint? not yet: no step since
+    second = make_learner(tmp_path, announcer, store)
+    assert second.resume()
+    assert second.state.version == 1
+    assert second.state.offsets == {(TOPIC, 0): 2}  # g2's record is read again after the restart
+    resumed = trainable_state(second.model)
+    assert all(torch.equal(t, resumed[name]) for name, t in trainable_state(first.model).items())
+    assert len(announcer.published) == 1  # version 1 is on the topic already: not announced again
+
+
+def test_a_crash_between_checkpoint_and_announcement_re_announces_the_same_weights(tmp_path: Path) -> None:
+    store = MemoryObjectStore()
+    crashing = make_learner(tmp_path, CrashingAnnouncer(), store)
+    with pytest.raises(Crash):
+        feed(crashing, "g1", [1.0, 0.0], 0)
+    saved = checkpoint.load(tmp_path)
+    assert saved is not None and saved.published is not None
+    announcer = MemoryAnnouncer()
+    restarted = make_learner(tmp_path, announcer, store)
+    assert restarted.resume()
+    assert announcer.published == [saved.published]  # the same event, the same weights' sha256
+    restarted.resume()
+    assert len(announcer.published) == 1
+
+
+def test_unreadable_records_become_unreadable_inputs() -> None:
+    records = [(Position(TOPIC, 1, 5), b"not avro"), (Position(TOPIC, 1, 6), None)]
+    assert inputs(records, CODEC, FixedClock()) == [
+        Unreadable(Position(TOPIC, 1, 5)),
+        Unreadable(Position(TOPIC, 1, 6)),
+    ]
+
+
+class UnreachableAnnouncer(MemoryAnnouncer):
+    """Kafka down: every announcement fails until `reachable` is set."""
+
+    reachable = False
+
+    def announce(self, published: PolicyPublished) -> None:
+        if not self.reachable:
+            raise KafkaConnectionError("broker down")
+        super().announce(published)
+
+
+def test_no_version_is_trained_past_one_that_could_not_be_announced(tmp_path: Path) -> None:
+    announcer, store = UnreachableAnnouncer(), MemoryObjectStore()
+    learner = make_learner(tmp_path, announcer, store)
+    feed(learner, "g1", [1.0, 0.0], 0)
+    feed(learner, "g2", [0.0, 1.0], 2)
+    assert learner.state.version == 1  # g2 waits: version 1 is checkpointed but not announced
+    assert [g.group_key for g in learner.state.ready] == ["g2"]
+    announcer.reachable = True
+    learner.announce_pending()
+    learner.train_ready()
+    assert [p.version for p in announcer.published] == [1, 2]
+    assert learner.state.version == 2
+
+
+def test_a_consumed_trajectory_is_a_learner_span_of_its_episode_under_the_senders_span(
+    tmp_path: Path,
+) -> None:
+    exporter = InMemorySpanExporter()
+    tracer = OtelTracer("trialog-learner", SimpleSpanProcessor(exporter))
+    learner = make_learner(tmp_path, MemoryAnnouncer(), MemoryObjectStore())
+    trajectory = testing.group("g1", [1.0])[0]
+    episode = trajectory.meta.episode_id
+    sender = SpanRef(episode_trace_id(episode), 0xABC)  # the owner's span that published it
+    record = Polled(
+        Position(TOPIC, 3, 7), CODEC.encode(trajectory), ((TRACEPARENT, sender.traceparent().encode()),)
+    )
+    with tracing.installed(tracer):
+        for event in inputs([record], CODEC, FixedClock()):
+            learner.offer(event, record.headers)
+    tracer.shutdown()
+    (span,) = exporter.get_finished_spans()
+    context = span.get_span_context()
+    assert span.name == "learner.consume" and context is not None and span.parent is not None
+    assert context.trace_id == episode_trace_id(episode)
+    assert span.parent.span_id == 0xABC
+    attributes = dict(span.attributes or {})
+    assert attributes["trialog.episode"] == episode and attributes["trialog.learner.version"] == 0
+    assert attributes["messaging.kafka.offset"] == 7
+
+
+def test_without_a_header_the_learner_span_hangs_under_the_episodes_root(tmp_path: Path) -> None:
+    exporter = InMemorySpanExporter()
+    tracer = OtelTracer("trialog-learner", SimpleSpanProcessor(exporter))
+    learner = make_learner(tmp_path, MemoryAnnouncer(), MemoryObjectStore())
+    trajectory = testing.group("g1", [1.0])[0]
+    with tracing.installed(tracer):
+        for event in inputs([(Position(TOPIC, 0, 0), CODEC.encode(trajectory))], CODEC, FixedClock()):
+            learner.offer(event)
+    tracer.shutdown()
+    (span,) = exporter.get_finished_spans()
+    episode = trajectory.meta.episode_id
+    assert span.parent is not None and span.parent.span_id == episode_root_span_id(episode)
+    assert span.get_span_context() is not None
+    assert span.get_span_context().trace_id == episode_trace_id(episode)

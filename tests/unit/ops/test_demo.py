@@ -1,0 +1,76 @@
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from actors.scheduler.status import RunStatus
+from ops.demo.cli import register, settings_from_args
+from ops.demo.summary import DemoSummary, Training, evaluation
+
+
+def _status(run: str, completed: dict[str, tuple[float, str]], failed: dict[str, str]) -> RunStatus:
+    status = RunStatus(run)
+    status.completed.update(completed)
+    status.failed.update(failed)
+    return status
+
+
+def _training(versions: list[int]) -> Training:
+    return Training("d-train", 60.0, 10, 6, 3, {"step_limit": 4}, versions, 12)
+
+
+def test_an_evaluation_counts_every_asked_episode_and_failures_as_misses() -> None:
+    status = _status(
+        "d-eval", {"a": (1.0, "pass"), "b": (0.5, "partial"), "c": (0.0, "fail")}, {"d": "step_limit"}
+    )
+    result = evaluation(status, policy_version=0, episodes=6, seconds=12.0)
+    assert (result.passed, result.completed, result.episodes) == (1, 3, 6)
+    assert result.failed_by_class == {"step_limit": 1}
+    assert result.mean_reward == pytest.approx(1.5 / 6)
+    assert result.pass_rate == pytest.approx(1 / 6)
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "word"), [(1, 3, "rose"), (3, 1, "fell"), (2, 2, "did not change")]
+)
+def test_the_verdict_says_what_happened(before: int, after: int, word: str) -> None:
+    first = evaluation(
+        _status("e0", {str(i): (1.0, "pass") for i in range(before)}, {}),
+        policy_version=0,
+        episodes=6,
+        seconds=1,
+    )
+    last = evaluation(
+        _status("e4", {str(i): (1.0, "pass") for i in range(after)}, {}),
+        policy_version=4,
+        episodes=6,
+        seconds=1,
+    )
+    summary = DemoSummary(first, _training([1, 2, 3, 4]), last)
+    assert summary.verdict().startswith(f"held-out pass rate {word}: {before}/6 with v0, {after}/6 with v4")
+    assert summary.to_json()["after"]["pass_rate"] == pytest.approx(after / 6)
+
+
+def test_without_a_new_version_the_verdict_claims_nothing() -> None:
+    same = evaluation(_status("e0", {}, {}), policy_version=0, episodes=3, seconds=1)
+    assert "nothing can be said" in DemoSummary(same, _training([]), same).verdict()
+
+
+def _parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["demo", *argv])
+
+
+def test_defaults_and_bad_options() -> None:
+    settings = settings_from_args(_parse("--name", "d1"))
+    assert (settings.name, settings.minutes, settings.group_size, settings.eval_per_task) == (
+        "d1",
+        10.0,
+        8,
+        3,
+    )
+    for bad in (["--capacity", "0"], ["--minutes", "0"], ["--lora-rank", "-1"]):
+        with pytest.raises(ValueError, match="must be"):
+            settings_from_args(_parse(*bad))
