@@ -67,6 +67,12 @@ request is past its deadline, as one batch (without inputs: a failed tick is not
 decides again). Their deadlines are indexed in memory with the rows. A tick runs outside any Faust
 stream event, which is why rows are written to an explicit partition (`Rows.put`).
 One lock serialises batches, ticks and recovery.
+
+Tracing (`ops.telemetry`): each input is decided inside its own span (`owner.<topic>`), under the span its
+record's `traceparent` header names (the header travels with the `Input` through the batch); a timed-out
+episode is decided inside an `owner.timeout` span. Records are sent only after the whole batch is decided,
+so each takes the traceparent of the span current when it was decided (`_Work.send`) and carries it then.
+The metric points and an ended episode's root span follow once the batch's events are acknowledged.
 """
 
 from __future__ import annotations
