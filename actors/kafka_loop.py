@@ -13,6 +13,10 @@ reason: never silently dropped, never a crash of the loop.
 Batching (`LoopSettings.max_batch` > 1 with a `handle_batch`): one poll takes up to `max_batch` queued
 requests and `handle_batch` answers them together (the rollout worker's batched generate); then each is
 still sent and committed one by one, in order, exactly as without batching.
+
+Tracing: each request has its span (`policy.call`, `verify`), parented from the request's `traceparent`,
+and its answer names that span. A batched request's span covers sending its answer, not the shared
+generation, which ran before the span (one generation serves several episodes, hence several traces).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from ops.kafka_serving import SEND_TIMEOUT_S, Consuming, dead_letter, serve_requests, trace_headers
+from ops.telemetry import tracing
 from ops.topics import topic_name
 from schemas.codec import Codec, DecodeError, default_codec
 from schemas.common import EventMeta
@@ -95,7 +100,8 @@ class RequestLoop(Generic[Req]):
         self.results_topic = topic_name(settings.run, route.results)
         self.deadletter_topic = topic_name(settings.run, "deadletter")
         self.stopping = threading.Event()
-        self._ahead: dict[tuple[str, int, int], Outcome] = {}  # a poll's answers, computed together
+        # A poll's requests (decoded, to annotate their spans) and answers, computed together.
+        self._ahead: dict[tuple[str, int, int], tuple[Req | Refused, Outcome]] = {}
 
     def run(self) -> None:
         s = self.settings
@@ -112,14 +118,30 @@ class RequestLoop(Generic[Req]):
 
     def answer_ahead(self, records: Sequence[Any]) -> None:
         """Answer a poll's records together (batched generation); `serve` then sends each in order."""
-        answers = self.answer_all([record.value for record in records])
-        self._ahead = dict(zip(map(_position, records), answers, strict=True))
+        if self.handle_batch is None or len(records) < 2:
+            self._ahead = {}  # answered one by one by `serve`, each inside its request's span
+            return
+        decoded = [self._decode(record.value) for record in records]
+        answers = self._answer_decoded(decoded)
+        self._ahead = dict(zip(map(_position, records), zip(decoded, answers, strict=True), strict=True))
 
     def serve(self, record: Any, producer: Any) -> None:
         """Answer one consumed record (computed ahead when its poll was answered together), or
-        dead-letter it."""
+        dead-letter it; traced as one span of the record's episode."""
+        with tracing.consumed_span(
+            tracing.span_name(self.route.requests), record.key, None, headers=record.headers,
+            topic=record.topic, partition=record.partition, offset=record.offset,
+        ):  # fmt: skip
+            self._serve(record, producer)
+
+    def _serve(self, record: Any, producer: Any) -> None:
         ahead = self._ahead.pop(_position(record), None)
-        outcome = self.answer(record.value) if ahead is None else ahead
+        if ahead is None:
+            outcome = self.answer(record.value)
+        else:
+            request, outcome = ahead
+            if not isinstance(request, Refused):
+                tracing.annotate(request)
         if isinstance(outcome, Refused):
             dead_letter(
                 producer,
@@ -132,18 +154,22 @@ class RequestLoop(Generic[Req]):
             )
             return
         key, value = outcome
-        producer.send(self.results_topic, key=key, value=value, headers=trace_headers(record)).get(
-            SEND_TIMEOUT_S
-        )
+        headers = trace_headers(record)  # this span is the answer's parent
+        producer.send(self.results_topic, key=key, value=value, headers=headers).get(SEND_TIMEOUT_S)
 
     def answer(self, value: bytes | None) -> Outcome:
         """(key, encoded answer) for a request's bytes, or why it is refused. Never raises."""
         request = self._decode(value)
-        return request if isinstance(request, Refused) else self._answer_one(request)
+        if isinstance(request, Refused):
+            return request
+        tracing.annotate(request)
+        return self._answer_one(request)
 
     def answer_all(self, values: list[bytes | None]) -> list[Outcome]:
         """`answer` for each value, in order; with `handle_batch`, the decodable requests in one call."""
-        decoded = [self._decode(value) for value in values]
+        return self._answer_decoded([self._decode(value) for value in values])
+
+    def _answer_decoded(self, decoded: list[Req | Refused]) -> list[Outcome]:
         requests = [d for d in decoded if not isinstance(d, Refused)]
         if self.handle_batch is None or len(requests) < 2:
             return [d if isinstance(d, Refused) else self._answer_one(d) for d in decoded]

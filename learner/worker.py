@@ -14,14 +14,15 @@ lacks it. Nothing is lost and nothing is trained twice.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import torch
 from kafka.errors import KafkaError
@@ -47,6 +48,8 @@ from learner.state import (
     apply,
 )
 from learner.trainer import TrainSettings, TrainStats, train_step
+from ops.telemetry import metrics, tracing
+from ops.telemetry.ids import Headers
 from ops.topics import topic_name
 from schemas.blobs import ObjectStore
 from schemas.codec import Codec, DecodeError, default_codec
@@ -140,15 +143,33 @@ class Learner:
             return
         self.unannounced = None
 
-    def offer(self, event: Input) -> list[Decision]:
-        """Feed one input to the planner and carry out what it decides."""
-        self.state, decisions = apply(self.state, event, self.settings.planner)
+    def offer(self, event: Input, headers: Headers = None) -> list[Decision]:
+        """Feed one input to the planner and carry out what it decides. A trajectory's arrival is traced
+        as a span of its episode, under the span named by its record's `headers` (the owner's)."""
+        if isinstance(event, Arrival):
+            with self._consumed(event, headers):
+                self.state, decisions = apply(self.state, event, self.settings.planner)
+        else:
+            self.state, decisions = apply(self.state, event, self.settings.planner)
         for decision in decisions:
             if isinstance(decision, Dropped):
                 log.info("dropped %d trajectories of %s: %s", len(decision.episode_ids), decision.group_key,
                          decision.why.value)  # fmt: skip
         self.train_ready()
         return decisions
+
+    @contextlib.contextmanager
+    def _consumed(self, arrival: Arrival, headers: Headers) -> Iterator[None]:
+        """The span of taking in one trajectory (training, when it completes a group, comes after it) and
+        the trajectory's staleness: policy versions between the oldest that sampled it and the learner's."""
+        trajectory, at = arrival.trajectory, arrival.position
+        metrics.staleness(self.state.version - trajectory.min_policy_version)
+        with tracing.consumed_span(
+            "learner.consume", trajectory.meta.episode_id, {"trialog.learner.version": self.state.version},
+            headers=headers, topic=at.topic, partition=at.partition, offset=at.offset,
+        ):  # fmt: skip
+            tracing.annotate(trajectory)  # run, episode, task, task version, step, attempt, policy version
+            yield
 
     def train_ready(self) -> None:
         # A version is announced before the next is trained: the checkpoint holds one announcement, so
@@ -215,14 +236,25 @@ class Learner:
 # ---- reading trajectories ---------------------------------------------------------------------------------
 
 
+class Polled(NamedTuple):
+    """A consumed record: where it was read, its value, its Kafka headers (the owner's `traceparent`)."""
+
+    position: Position
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+
 class Feed(Protocol):
-    def poll(self, timeout_ms: int) -> list[tuple[Position, bytes | None]]: ...
+    def poll(self, timeout_ms: int) -> list[Polled]: ...
 
 
-def inputs(records: Iterable[tuple[Position, bytes | None]], codec: Codec, clock: Clock) -> list[Input]:
+def inputs(
+    records: Iterable[tuple[Position, bytes | None] | Polled], codec: Codec, clock: Clock
+) -> list[Input]:
     """Planner inputs for raw records: a trajectory, or an unreadable record (only its offset counts)."""
     out: list[Input] = []
-    for position, value in records:
+    for record in records:
+        position, value = record[0], record[1]
         trajectory = _decoded(value, codec)
         if trajectory is None:
             log.warning("unreadable record at %s", position)
@@ -263,10 +295,10 @@ class KafkaFeed:
             else:
                 self._consumer.seek(tp, offset)
 
-    def poll(self, timeout_ms: int) -> list[tuple[Position, bytes | None]]:
+    def poll(self, timeout_ms: int) -> list[Polled]:
         polled = self._consumer.poll(timeout_ms=timeout_ms)
         return [
-            (Position(r.topic, r.partition, r.offset), r.value)
+            Polled(Position(r.topic, r.partition, r.offset), r.value, tuple(r.headers or ()))
             for records in polled.values()
             for r in records
         ]
@@ -314,6 +346,6 @@ def run(learner: Learner, feed: Feed, clock: Clock, stopping: threading.Event, p
             log.warning("Kafka unreachable while polling (%s); retrying", exc)
             stopping.wait(RETRY_S)
             continue
-        for event in inputs(records, learner.codec, clock):
-            learner.offer(event)
+        for record, event in zip(records, inputs(records, learner.codec, clock), strict=True):
+            learner.offer(event, record.headers)
         learner.offer(Tick(clock.now_us()))

@@ -20,6 +20,7 @@ from types import FrameType
 
 from learner.lora import DEFAULT_RANK, DEFAULT_TARGETS
 from learner.samples import PROMPT_ENCODERS
+from ops.telemetry import config as telemetry_config
 
 
 def register(workers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -44,6 +45,7 @@ def register(workers: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     add("--objects", type=Path, help="object store folder shared with the rollout workers")
     add("--device", default="auto", help="cpu, cuda, cuda:N or auto (a GPU when there is one)")
     add("--instance", default=f"{socket.gethostname()}-{os.getpid()}", help="worker name")
+    telemetry_config.add_arguments(command)
     command.set_defaults(handler=_cmd_worker_learner)
 
 
@@ -67,6 +69,7 @@ def _cmd_worker_learner(args: argparse.Namespace) -> int:
     from ops.console import StackError, say
     from ops.paths import Paths
     from ops.stack.stack import StackConfig
+    from ops.telemetry.setup import start_from_args
     from schemas.blobs import LocalObjectStore
     from schemas.sources import Origin, SystemClock
 
@@ -87,6 +90,7 @@ def _cmd_worker_learner(args: argparse.Namespace) -> int:
     except (ValueError, ImportError) as exc:
         raise StackError(f"trialog worker learner: {exc}", "fix the learner options") from None
     bootstrap = args.bootstrap or StackConfig.load(paths).kafka.bootstrap
+    start_from_args(args, "trialog-learner")
     model = load_model(model_dir, device_of(args.device))
     announcer = KafkaAnnouncer(bootstrap, args.run)
     learner = Learner(model, encoder, LocalObjectStore(args.objects or paths.objects), announcer, settings,

@@ -15,6 +15,7 @@ BENCHMARKS = {
     "codec": "ops.bench.codec",
     "sandbox": "ops.bench.sandbox",
     "pipeline": "ops.bench.pipeline",
+    "tracing": "ops.bench.tracing",
     "learner": "ops.bench.learner",
     "learning": "ops.bench.learning",
 }

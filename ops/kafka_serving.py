@@ -22,6 +22,7 @@ from typing import Any
 from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata
 
+from ops.telemetry import metrics, tracing
 from schemas.codec import Codec
 from schemas.deadletter import DeadLetter
 from schemas.sources import Origin
@@ -122,6 +123,7 @@ def dead_letter(
     producer: Any, topic: str, record: Any, origin: Origin, codec: Codec, reason: str, detail: str
 ) -> None:
     """Send `record` to the dead-letter `topic` with why it was not answered; wait for the broker's ack."""
+    metrics.dead_letter(reason, origin.producer.kind)
     letter = DeadLetter(
         origin.record_meta(),
         record.topic,
@@ -137,8 +139,10 @@ def dead_letter(
 
 
 def trace_headers(record: Any) -> list[tuple[str, bytes]]:
-    """The headers an answer carries over from its request: the trace context."""
-    return [(k, v) for k, v in (record.headers or []) if k == "traceparent"]
+    """The headers of an answer to `record`: the trace context. Called inside the span of handling the
+    request, it names that span (the answer's parent); with tracing off, the request's own `traceparent`
+    travels on, so a chain is never cut."""
+    return tracing.outgoing_headers(record.headers)
 
 
 def poll(consumer: Any, timeout_ms: int, stopping: threading.Event) -> Mapping[Any, Sequence[Any]]:
@@ -149,6 +153,7 @@ def poll(consumer: Any, timeout_ms: int, stopping: threading.Event) -> Mapping[A
         log.warning("Kafka unreachable while polling (%s); retrying", exc)
         stopping.wait(RETRY_S)
         return {}
+    metrics.kafka_python_lag(consumer)
     return polled
 
 

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from schemas.actions import Action, ApplyPatch, RunCommand, WriteFile
+from schemas.actions import Action, ApplyPatch, InvalidReply, RunCommand, WriteFile
 from schemas.events import (
     ActionProposed,
     EpisodeCompleted,
@@ -43,6 +43,8 @@ def describe_action(action: Action) -> str:
             files = sum(1 for line in diff.splitlines() if line.startswith("+++ "))
             return f"apply_patch ({files} files, {len(diff.splitlines())} lines)"
         return f"apply_patch ({diff.size} bytes, in the object store)"
+    if isinstance(action, InvalidReply):
+        return f"invalid reply (not executed): {action.error}"
     return f"submit{': ' + action.message if action.message else ''}"
 
 

@@ -31,7 +31,7 @@ from ops.runlog import EpisodeLog, LoggedRun
 from sandbox_agent.backend import SandboxBackend
 from sandbox_agent.limits import ExecLimits, Quotas, SandboxSpec
 from sandbox_agent.results import StepResult
-from schemas.actions import SandboxAction, Submit
+from schemas.actions import InvalidReply, SandboxAction, Submit
 from schemas.blobs import ObjectStore
 from schemas.events import StepExecuted
 from schemas.requests import ResourceLimits
@@ -229,7 +229,7 @@ def reproduce(
         for proposed in episode.actions:
             step, action = proposed.meta.step, proposed.action
             recorded = results.get(step)
-            if isinstance(action, Submit) or recorded is None:
+            if isinstance(action, (Submit, InvalidReply)) or recorded is None:  # nothing was executed
                 checks.append(StepCheck(step, describe_action(action)))
                 continue
             again = Observation.reproduced(execute(action))

@@ -33,10 +33,12 @@ from actors.scheduler.cli import add_target_arguments, target_from_args
 from ops.console import StackError
 from ops.paths import REPO_ROOT, Paths
 from ops.progress import ProgressBar
+from ops.telemetry import config as telemetry_config
 
 if TYPE_CHECKING:
     from actors.scheduler.status import RunStatus
     from actors.scheduler.worker import SchedulerProcess, SchedulerSettings
+    from ops.telemetry.config import TelemetryConfig
 
 POLICIES = ("scripted", "random", "llm")
 WORKER_KINDS = ("streams", "sandbox", "rollout", "verifier")
@@ -68,6 +70,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--validate", action="store_true", help="first run `trialog tasks validate --runs 1` on the tasks"
     )
     start.add_argument("--bootstrap", help="Kafka bootstrap servers (default: the local stack's broker)")
+    # The scheduler's own; spawned workers trace to the same endpoint and serve metrics on the next ports.
+    telemetry_config.add_arguments(start)
     start.set_defaults(handler=_cmd_run_start)
 
     text = "counts of a run's episodes (started, completed, failed by class, in flight) and mean reward"
@@ -97,9 +101,11 @@ def worker_commands(
     tasks: Sequence[Path],
     paths: Paths,
     rollout_args: Sequence[str] = (),
+    telemetry: TelemetryConfig | None = None,
 ) -> dict[str, list[str]]:
     """The command line of each worker kind for `run` (one process each); `rollout_args` are more
-    options of the rollout worker (the model, a pinned policy version)."""
+    options of the rollout worker (the model, a pinned policy version); with `telemetry`, each traces
+    to its endpoint and serves metrics on the n-th port after its port (streams +1, sandbox +2, ...)."""
     base = [sys.executable, "-m", "ops.cli", "worker"]
     common = ["--run", run, "--bootstrap", bootstrap]
     home = paths.component("runs") / (run or "default")
@@ -107,7 +113,7 @@ def worker_commands(
     rollout = ["--policy", policy, *rollout_args]
     if policy == "scripted":
         rollout += [arg for folder in tasks for arg in ("--solutions", str(folder))]
-    return {
+    commands = {
         "streams": [*base, "streams", *common, "--data-dir", str(home / "streams-data")],
         "sandbox": [
             *base, "sandbox", *common, "--group", f"{run}.trialog-sandbox",
@@ -119,6 +125,10 @@ def worker_commands(
             *folders, "--objects", str(paths.objects),
         ],
     }  # fmt: skip
+    if telemetry is not None:
+        for offset, argv in enumerate(commands.values(), start=1):
+            argv += telemetry_config.worker_options(telemetry, offset)
+    return commands
 
 
 @dataclass
@@ -175,6 +185,7 @@ def _cmd_run_start(args: argparse.Namespace) -> int:
     from actors.scheduler.worker import SchedulerSettings, run_scheduler
     from actors.tasks.publish import publish_tasks
     from actors.tasks.spec import TaskError, find_tasks
+    from ops.telemetry.setup import start as start_telemetry
     from ops.topics import ensure_topics
 
     run = args.run if args.run is not None else f"run-{uuid.uuid4().hex[:8]}"
@@ -193,16 +204,21 @@ def _cmd_run_start(args: argparse.Namespace) -> int:
     published = publish_tasks(folders, bootstrap, paths, run=run)
     _say(f"run {run}: published {len(published)} tasks ({', '.join(published)}) [{_since(started)}]")
     settings = SchedulerSettings(bootstrap, target)
+    telemetry = start_telemetry(telemetry_config.from_args(args, "trialog-scheduler"))
     if not args.spawn:
         code = run_scheduler(settings)
     else:
         workers = Workers(paths.component("runs") / (run or "default") / "logs")
-        workers.start(worker_commands(run, bootstrap, args.policy, args.tasks, paths, args.rollout_arg))
+        commands = worker_commands(
+            run, bootstrap, args.policy, args.tasks, paths, args.rollout_arg, telemetry.config
+        )
+        workers.start(commands)
         try:
             code = _schedule_beside(workers, settings)
         finally:
             codes = workers.stop()
             _say(f"run {run}: workers stopped {codes} [{_since(started)}]")
+    telemetry.close()
     _say(f"{read_status(bootstrap, run).line()} [{_since(started)}]")
     return code
 

@@ -18,6 +18,7 @@ from typing import Protocol
 
 from rocksdict import Options, Rdict
 
+from ops.telemetry import tracing
 from sandbox_agent.backend import DEFAULT_EXEC_LIMITS, Sandbox, SandboxBackend
 from sandbox_agent.limits import ExecLimits
 from sandbox_agent.results import StepResult
@@ -101,6 +102,7 @@ class IdempotentExecutor:
             if recorded is not None:
                 return recorded
             result = self.backend.exec(sandbox, argv, limits=limits, stdin=stdin)
-            step = StepResult(result, str(self.backend.snapshot(sandbox)))
+            with tracing.child_span("sandbox.snapshot"):
+                step = StepResult(result, str(self.backend.snapshot(sandbox)))
             self.results.put(key, step)
             return step

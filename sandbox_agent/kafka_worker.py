@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ops.kafka_serving import SEND_TIMEOUT_S, Consuming, dead_letter, serve_requests, trace_headers
+from ops.telemetry import tracing
 from ops.topics import topic_name
 from sandbox_agent.worker import SandboxWorker
 from schemas.codec import Codec, DecodeError, default_codec
@@ -60,11 +61,19 @@ class SandboxRequestLoop:
         serve_requests(consuming, self._serve, self.stopping)
 
     def _serve(self, record: Any, producer: Any) -> None:
+        with tracing.consumed_span(
+            "sandbox.exec", record.key, None, headers=record.headers,
+            topic=record.topic, partition=record.partition, offset=record.offset,
+        ):  # fmt: skip
+            self._serve_traced(record, producer)
+
+    def _serve_traced(self, record: Any, producer: Any) -> None:
         try:
             request = self.codec.decode_as(record.value, SandboxRequest)
         except DecodeError as exc:
             self._dead_letter(record, producer, exc.reason.value, exc.detail)
             return
+        tracing.annotate(request)
         try:
             answer = self.worker.handle(request)
         except Exception as exc:  # a bug or a broken dependency: keep the record, keep serving
@@ -73,7 +82,7 @@ class SandboxRequestLoop:
             return
         key = request.meta.episode_id.encode()
         value = self.codec.encode(answer)
-        headers = trace_headers(record)
+        headers = trace_headers(record)  # this span is the answer's parent
         producer.send(self.results_topic, key=key, value=value, headers=headers).get(SEND_TIMEOUT_S)
 
     def _dead_letter(self, record: Any, producer: Any, reason: str, detail: str) -> None:

@@ -11,10 +11,12 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass
 from types import TracebackType
 
+from ops.telemetry import metrics
 from sandbox_agent.backend import Sandbox, SandboxBackend
 from sandbox_agent.errors import SandboxError
 from sandbox_agent.limits import SandboxSpec
@@ -188,7 +190,16 @@ class WarmPools:
             return pool
 
     def acquire(self, spec: SandboxSpec) -> Sandbox:
-        return self.pool(spec).acquire()
+        started = time.perf_counter()
+        sandbox = self.pool(spec).acquire()
+        metrics.metrics().record(metrics.ACQUIRE_DURATION, time.perf_counter() - started)
+        return sandbox
+
+    def ready(self) -> int:
+        """Warm sandboxes ready in every pool (the pool-size gauge)."""
+        with self._lock:
+            pools = list(self._pools.values())
+        return sum(pool.stats().ready for pool in pools)
 
     def release(self, sandbox: Sandbox) -> None:
         self.pool(sandbox.spec).release(sandbox)

@@ -22,6 +22,7 @@ import logging
 import threading
 from collections import OrderedDict
 
+from ops.telemetry import tracing
 from sandbox_agent.actions import InvalidAction, invalid_outcome, invocation_for
 from sandbox_agent.backend import Sandbox, SandboxBackend
 from sandbox_agent.errors import SandboxError
@@ -68,13 +69,14 @@ class EpisodeSandboxes:
                 self._held.move_to_end(episode_id)
                 return held.sandbox
         self.drop(episode_id)
-        sandbox = self.pools.acquire(spec)
-        try:
-            if snapshot_id is not None:
-                self.backend.restore(sandbox, SnapshotId.parse(snapshot_id))
-        except BaseException:
-            self.pools.release(sandbox)
-            raise
+        with tracing.child_span("sandbox.acquire", {"trialog.restore": snapshot_id is not None}):
+            sandbox = self.pools.acquire(spec)
+            try:
+                if snapshot_id is not None:
+                    self.backend.restore(sandbox, SnapshotId.parse(snapshot_id))
+            except BaseException:
+                self.pools.release(sandbox)
+                raise
         with self._lock:
             self._held[episode_id] = _Held(sandbox, snapshot_id)
             evicted = [self._held.popitem(last=False)[1] for _ in range(len(self._held) - self.max_episodes)]

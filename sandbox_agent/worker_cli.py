@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from types import FrameType
 
+from ops.telemetry import config as telemetry_config
+
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     text = "serve sandbox.requests from Kafka: run each step in a warm sandbox, snapshot, answer StepExecuted"
@@ -30,6 +32,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     command.add_argument("--objects", type=Path, help="object store folder shared by all workers of the run")
     command.add_argument("--state", type=Path, help="this worker's RocksDB folder of executed steps")
     command.add_argument("--instance", default=f"{socket.gethostname()}-{os.getpid()}", help="worker name")
+    telemetry_config.add_arguments(command)
     command.set_defaults(handler=_cmd_worker_sandbox)
 
 
@@ -38,6 +41,8 @@ def _cmd_worker_sandbox(args: argparse.Namespace) -> int:
     from ops.paths import Paths
     from ops.stack import docker_engine
     from ops.stack.stack import StackConfig
+    from ops.telemetry import metrics
+    from ops.telemetry.setup import start_from_args
     from sandbox_agent.docker_backend import DockerBackend
     from sandbox_agent.idempotent import RocksResultStore
     from sandbox_agent.kafka_worker import KafkaSettings, SandboxRequestLoop
@@ -56,6 +61,8 @@ def _cmd_worker_sandbox(args: argparse.Namespace) -> int:
     client = engine.client()
     backend = DockerBackend(client, objects, labels={"dev.trialog.worker": args.instance})
     pools = WarmPools(backend, args.pool)
+    start_from_args(args, "trialog-sandbox")
+    metrics.metrics().gauge(metrics.POOL_SIZE, lambda: [(pools.ready(), {"state": "ready"})])
     origin = Origin.system("sandbox", args.instance)
     with RocksResultStore(args.state or home / f"steps-{args.instance}") as results:
         worker = SandboxWorker(backend, pools, results, objects, origin, args.max_episodes)

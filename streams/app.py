@@ -30,10 +30,11 @@ from typing import Any
 
 import faust
 
+from ops.telemetry import metrics
 from ops.topics import TOPICS, topic_name
 from schemas.sources import Origin
 from streams.tables import TaskCache
-from streams.worker import COMMANDS, EVENTS, INPUTS, EpisodeWorker, Input
+from streams.worker import COMMANDS, EVENTS, INPUTS, EpisodeWorker, Headers, Input
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +67,11 @@ class FaustBus:
     def __init__(self, app: faust.App) -> None:
         self.app = app
 
-    async def send(self, topic: str, key: bytes | None, value: bytes) -> Awaitable[int]:
-        future = await self.app.producer.send(topic, key, value, None, None, None)
+    async def send(
+        self, topic: str, key: bytes | None, value: bytes, headers: Headers = ()
+    ) -> Awaitable[int]:
+        # `headers`: the traceparent of the input's span that decided the record (taken when decided).
+        future = await self.app.producer.send(topic, key, value, None, None, list(headers) or None)
 
         async def offset() -> int:
             metadata = await future
@@ -155,6 +159,7 @@ def build_app(settings: Settings) -> tuple[faust.App, EpisodeWorker]:
 
     async def inputs_agent(stream: Any) -> None:
         async for event in stream.noack().events():
+            _note_lag(app, event.message)
             await queue.put(event)
 
     app.agent(inputs, name="episode-inputs")(inputs_agent)
@@ -203,6 +208,22 @@ def build_app(settings: Settings) -> tuple[faust.App, EpisodeWorker]:
     return app, worker
 
 
+def _note_lag(app: faust.App, message: Any) -> None:
+    """Consumer lag of the message's partition: records after it up to the partition's high watermark."""
+    if metrics.metrics().enabled:
+        end = app.consumer.highwater(message.tp)
+        if end is not None:
+            metrics.consumer_lag(message.topic, message.partition, int(end) - message.offset - 1)
+
+
+def _header_items(headers: Any) -> Iterator[tuple[str, bytes]]:
+    """Faust gives a record's headers as a list of pairs or a mapping."""
+    items = headers.items() if isinstance(headers, dict) else headers or ()
+    for key, value in items:
+        if isinstance(key, str) and isinstance(value, bytes):
+            yield key, value
+
+
 FAULT_ENV = "TRIALOG_STREAMS_FAULT"
 
 
@@ -232,7 +253,8 @@ async def next_batch(queue: asyncio.Queue[Any], limit: int) -> list[Any]:
 
 
 def _input(names: dict[str, str], message: Any) -> Input:
-    return Input(names[message.topic], message.partition, message.offset, message.key, message.value)
+    headers = tuple(_header_items(message.headers))  # the traceparent travels with the input in its batch
+    return Input(names[message.topic], message.partition, message.offset, message.key, message.value, headers)
 
 
 def tune_fetcher(app: Any) -> bool:

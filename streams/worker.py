@@ -67,6 +67,12 @@ request is past its deadline, as one batch (without inputs: a failed tick is not
 decides again). Their deadlines are indexed in memory with the rows. A tick runs outside any Faust
 stream event, which is why rows are written to an explicit partition (`Rows.put`).
 One lock serialises batches, ticks and recovery.
+
+Tracing (`ops.telemetry`): each input is decided inside its own span (`owner.<topic>`), under the span its
+record's `traceparent` header names (the header travels with the `Input` through the batch); a timed-out
+episode is decided inside an `owner.timeout` span. Records are sent only after the whole batch is decided,
+so each takes the traceparent of the span current when it was decided (`_Work.send`) and carries it then.
+The metric points and an ended episode's root span follow once the batch's events are acknowledged.
 """
 
 from __future__ import annotations
@@ -80,6 +86,9 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
+from ops.telemetry import config as telemetry_config
+from ops.telemetry import episodes as telemetry_episodes
+from ops.telemetry import metrics, tracing
 from schemas.chain import digest
 from schemas.codec import DecodeError, default_codec
 from schemas.commands import AbortEpisode, StartEpisode
@@ -97,12 +106,15 @@ from schemas.fold import FoldError, apply
 from schemas.record import Record
 from schemas.requests import PolicyRequest, SandboxRequest, VerifyRequest
 from schemas.sources import Clock, Origin, SystemClock
+from schemas.state import EpisodeState
 from schemas.trajectories import TrajectoryCompleted
 from streams import owner
-from streams.owner import Effects, OwnerError, OwnerState, Request, TaskInfo, resume
+from streams.owner import Appended, Effects, OwnerError, OwnerState, Request, TaskInfo, resume
 from streams.tables import Row, sampling_for
 
 log = logging.getLogger(__name__)
+
+Headers = tuple[tuple[str, bytes], ...]  # a record's Kafka headers (traceparent)
 
 COMMANDS, EVENTS, DEADLETTER = "episode.commands", "episode.events", "deadletter"
 ANSWERS = ("policy.results", "sandbox.results", "verify.results")
@@ -124,7 +136,9 @@ _ANSWER_TYPES: dict[str, tuple[type[Record], ...]] = {
 class Bus(Protocol):
     """Sends one record without waiting; the awaitable resolves to its offset once the broker acked it."""
 
-    async def send(self, topic: str, key: bytes | None, value: bytes) -> Awaitable[int]: ...
+    async def send(
+        self, topic: str, key: bytes | None, value: bytes, headers: Headers = ()
+    ) -> Awaitable[int]: ...
 
 
 class Rows(Protocol):
@@ -152,19 +166,24 @@ class Input:
     offset: int
     key: bytes | None
     value: bytes | None
+    headers: Headers = ()  # the record's Kafka headers (traceparent); they travel with it in a batch
 
 
 @dataclass
 class _Work:
     """What one batch sends (in order) and the rows it changed (the newest of each, in order of change)."""
 
-    # (topic, key, value, partition of an appended event or None)
-    records: list[tuple[str, bytes | None, bytes, int | None]] = field(default_factory=list)
+    # (topic, key, value, partition of an appended event or None, headers)
+    records: list[tuple[str, bytes | None, bytes, int | None, Headers]] = field(default_factory=list)
     rows: dict[str, Row] = field(default_factory=dict)
     appended: int = 0
+    # (the episode's state, the events appended to it): telemetry's, once the events are acknowledged
+    logged: list[tuple[EpisodeState, tuple[Appended, ...]]] = field(default_factory=list)
 
     def send(self, topic: str, key: bytes | None, value: bytes, event_of: int | None = None) -> None:
-        self.records.append((topic, key, value, event_of))
+        # Sent at the end of the batch, outside the input's span: the span current now (the input that
+        # caused the record) is captured as the record's `traceparent` here.
+        self.records.append((topic, key, value, event_of, tuple(tracing.outgoing_headers())))
 
     def change(self, key: str, row: Row) -> None:
         self.rows.pop(key, None)
@@ -351,11 +370,16 @@ class EpisodeWorker:
             if record.partition not in self.ready:
                 self._count("skipped.unassigned")  # not acknowledged: its owner reads it (again)
                 continue
-            try:
-                await self._decide(record, work)
-            except Exception as exc:  # an owner or encoding bug must not stop the partition
-                log.exception("input %s[%d]@%d failed", record.topic, record.partition, record.offset)
-                self._dead_letter(work, record, "worker_error", f"{type(exc).__name__}: {exc}")
+            # One span per input, under the span its sender named; what it sends names this span.
+            with tracing.consumed_span(
+                f"owner.{record.topic}", record.key, None, headers=record.headers,
+                topic=self.topic(record.topic), partition=record.partition, offset=record.offset,
+            ):  # fmt: skip
+                try:
+                    await self._decide(record, work)
+                except Exception as exc:  # an owner or encoding bug must not stop the partition
+                    log.exception("input %s[%d]@%d failed", record.topic, record.partition, record.offset)
+                    self._dead_letter(work, record, "worker_error", f"{type(exc).__name__}: {exc}")
         return work
 
     async def _decide(self, record: Input, work: _Work) -> None:
@@ -380,6 +404,7 @@ class EpisodeWorker:
         else:
             self._dead_letter(work, record, "unexpected_type", f"{type(value).__name__} on {record.topic}")
             return
+        tracing.annotate(value)
         row = work.rows.get(key) or self._row(key, record.partition)
         now = self.clock.now_us()
         if isinstance(value, StartEpisode):
@@ -433,7 +458,8 @@ class EpisodeWorker:
                     effects = owner.on_tick(row.state, origin=self.origin, now_us=now)
                     if effects.requests or effects.events:
                         self._count("timeouts")
-                        self._add(work, key, row, effects)
+                        with tracing.span("owner.timeout", key):
+                            self._add(work, key, row, effects)
                 except Exception:
                     log.exception("tick of episode %s failed", key)
             try:
@@ -470,10 +496,14 @@ class EpisodeWorker:
         events = (*row.events, *(event.data for event in effects.events))
         work.change(key, replace(row, state=effects.state, events=events))
         work.appended += len(effects.events)
+        if effects.events:
+            work.logged.append((effects.state.episode, effects.events))
 
     async def _commit(self, work: _Work) -> None:
         """Send every record, await every ack (one flush), then write each changed row once."""
-        acks = [await self.bus.send(topic, key, value) for topic, key, value, _ in work.records]
+        acks = [
+            await self.bus.send(topic, key, value, headers) for topic, key, value, _, headers in work.records
+        ]
         offsets = await asyncio.gather(*acks)
         if not work.rows:
             return
@@ -483,11 +513,13 @@ class EpisodeWorker:
             written = replace(row, watermark=self.watermarks.get(row.partition, -1))
             self.rows.put(row.partition, key, written.encode())
             self._remember(key, written)
-        for (_topic, _key, _value, partition), offset in zip(work.records, offsets, strict=True):
+        for (_topic, _key, _value, partition, _headers), offset in zip(work.records, offsets, strict=True):
             if partition is not None:
                 self.watermarks[partition] = max(self.watermarks.get(partition, -1), offset)
         if work.appended:
             self._count("appended", work.appended)
+        for episode, events in work.logged:
+            telemetry_episodes.appended(episode, events)
 
     def _remember(self, key: str, row: Row) -> None:
         """Keep the rows in memory and the deadline index (what `tick` scans) in step with the table."""
@@ -510,6 +542,7 @@ class EpisodeWorker:
 
     def _dead_letter(self, work: _Work, record: Input, reason: str, detail: str) -> None:
         self._count(f"deadletter.{reason}")
+        metrics.dead_letter(reason, "streams")
         letter = DeadLetter(
             RecordMeta(self.origin.ids.new_id(), self.clock.now_us(), self.origin.producer),
             self.topic(record.topic),
@@ -534,9 +567,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--standby-replicas", type=int, default=0, help="standby copies of each table partition (default 0)"
     )
+    telemetry_config.add_arguments(parser)
 
 
 def run_from_args(args: argparse.Namespace) -> int:
+    from ops.telemetry.setup import start_from_args
     from streams.app import Settings, run_worker
 
     bootstrap = args.bootstrap
@@ -552,6 +587,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     settings = Settings(bootstrap, args.run, data_dir, args.instance, args.standby_replicas)
     if not _kafka_answers(bootstrap):
         return 1
+    start_from_args(args, "trialog-streams")
     return run_worker(settings)
 
 

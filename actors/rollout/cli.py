@@ -23,6 +23,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from actors.rollout.policy import Policy
+from ops.telemetry import config as telemetry_config
 
 if TYPE_CHECKING:
     from actors.rollout.weights import WeightsWatcher
@@ -49,6 +50,7 @@ def register(workers: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         "--group", default="trialog-rollout", help="consumer group (default trialog-rollout)"
     )
     command.add_argument("--instance", default=f"{socket.gethostname()}-{os.getpid()}", help="worker name")
+    telemetry_config.add_arguments(command)
     command.set_defaults(handler=_cmd_worker_rollout)
 
 
@@ -177,6 +179,7 @@ def _cmd_worker_rollout(args: argparse.Namespace) -> int:
     from ops.console import StackError, say
     from ops.paths import Paths
     from ops.stack.stack import StackConfig
+    from ops.telemetry.setup import start_from_args
     from schemas.sources import Origin
 
     try:
@@ -198,6 +201,7 @@ def _cmd_worker_rollout(args: argparse.Namespace) -> int:
     logging.getLogger("kafka").setLevel(logging.WARNING)
     where = f"{loop.requests_topic} on {bootstrap}, group {args.group}"
     say(f"rollout worker {args.instance} ({policy.name}): {where}")
+    start_from_args(args, "trialog-rollout")
     loop.run()
     return 0
 

@@ -15,6 +15,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from actors.scheduler.defaults import DEFAULT_CAPACITY, DEFAULT_GROUP_SIZE, DEFAULT_MAX_STEPS
+from ops.telemetry import config as telemetry_config
 
 if TYPE_CHECKING:
     from actors.scheduler.core import Target
@@ -49,6 +50,7 @@ def register(workers: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     add_target_arguments(command)
     command.add_argument("--bootstrap", help="Kafka bootstrap servers (default: the local stack's broker)")
     command.add_argument("--instance", default=f"{socket.gethostname()}-{os.getpid()}", help="worker name")
+    telemetry_config.add_arguments(command)
     command.set_defaults(handler=_cmd_worker_scheduler)
 
 
@@ -72,12 +74,14 @@ def _cmd_worker_scheduler(args: argparse.Namespace) -> int:
     from ops.console import StackError
     from ops.paths import Paths
     from ops.stack.stack import StackConfig
+    from ops.telemetry.setup import start_from_args
 
     try:
         target = target_from_args(args)
     except ValueError as exc:
         raise StackError(f"trialog worker scheduler: {exc}", "fix the options") from None
     bootstrap = args.bootstrap or StackConfig.load(Paths.from_env()).kafka.bootstrap
+    start_from_args(args, "trialog-scheduler")
     return run_scheduler(SchedulerSettings(bootstrap, target), args.instance)
 
 

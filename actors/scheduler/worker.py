@@ -30,6 +30,8 @@ from kafka.errors import KafkaError, KafkaTimeoutError
 from actors.scheduler.core import SchedulerState, Target, decide, progress
 from actors.scheduler.log import assign_all, decoded, read_to_end
 from ops.kafka_serving import METADATA_MAX_AGE_MS, connected, poll
+from ops.telemetry import tracing
+from ops.telemetry.attributes import record_attributes
 from ops.topics import ensure_topics, topic_name
 from schemas.codec import default_codec
 from schemas.commands import StartEpisode
@@ -126,12 +128,14 @@ class SchedulerProcess:
                 self.say(f"scheduler {target.run_id}: no task on {self.topics['tasks']}; publish tasks first")
                 return 1
             for command in decide(self.state, target, self.origin):
-                sent = producer.send(
-                    self.topics["episode.commands"],
-                    key=command.episode_id.encode(),
-                    value=codec.encode(command),
-                )
-                self._acknowledged(sent)
+                with tracing.span("scheduler.start_episode", command.episode_id, record_attributes(command)):
+                    sent = producer.send(
+                        self.topics["episode.commands"],
+                        key=command.episode_id.encode(),
+                        value=codec.encode(command),
+                        headers=tracing.outgoing_headers(),  # the owner's span hangs under this one
+                    )
+                    self._acknowledged(sent)
                 self.state.observe_start(command, target.run_id)
                 self.sent += 1
             line = progress(self.state, target)

@@ -18,6 +18,8 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from ops.telemetry import config as telemetry_config
+
 if TYPE_CHECKING:
     from actors.verifier.tasks import FolderTasks
 
@@ -38,6 +40,7 @@ def register(workers: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         "--group", default="trialog-verifier", help="consumer group (default trialog-verifier)"
     )
     command.add_argument("--instance", default=f"{socket.gethostname()}-{os.getpid()}", help="worker name")
+    telemetry_config.add_arguments(command)
     command.set_defaults(handler=_cmd_worker_verifier)
 
 
@@ -58,6 +61,7 @@ def _cmd_worker_verifier(args: argparse.Namespace) -> int:
     from ops.paths import Paths
     from ops.stack import docker_engine
     from ops.stack.stack import StackConfig
+    from ops.telemetry.setup import start_from_args
     from sandbox_agent.docker_backend import DockerBackend
     from sandbox_agent.stack import default_image
     from schemas.blobs import LocalObjectStore
@@ -90,6 +94,7 @@ def _cmd_worker_verifier(args: argparse.Namespace) -> int:
         logging.getLogger("kafka").setLevel(logging.WARNING)
         where = f"{loop.requests_topic} on {bootstrap}, group {args.group}"
         say(f"verifier {args.instance} ({len(tasks.ids)} tasks): {where}")
+        start_from_args(args, "trialog-verifier")
         loop.run()
     finally:
         client.close()

@@ -1,20 +1,21 @@
 """Links from the report to an episode's trace in Jaeger.
 
-The trace id of an episode is derived from its id, so that any process (and this report) finds the same
-trace without asking anyone: the first 16 bytes (32 hex characters) of sha256 over the episode id in
-UTF-8. `ops.telemetry.tracing` must derive it the same way (the two are kept in agreement by a test there).
+The trace id of an episode is derived from its id alone (`ops.telemetry.ids.episode_trace_id`, the one
+derivation every traced process uses), so the report finds the episode's trace without asking anyone.
 """
 
 from __future__ import annotations
 
-import hashlib
 from urllib.parse import quote
+
+from ops.telemetry.ids import episode_trace_id
 
 DEFAULT_QUERY_BASE = "http://127.0.0.1:16686"
 
 
 def trace_id(episode_id: str) -> str:
-    return hashlib.sha256(episode_id.encode("utf-8")).hexdigest()[:32]
+    """The episode's trace id as Jaeger shows it: 32 lowercase hex characters."""
+    return f"{episode_trace_id(episode_id):032x}"
 
 
 def trace_url(episode_id: str, query_base: str = DEFAULT_QUERY_BASE) -> str:

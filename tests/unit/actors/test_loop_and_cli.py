@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
 from pathlib import Path
 
 import pytest
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from actors.kafka_loop import LoopSettings, Refused, RequestLoop
 from actors.rollout import cli as rollout_cli
@@ -15,10 +18,13 @@ from actors.rollout.plugins import RandomPolicy, ScriptedPolicy
 from actors.rollout.worker import ROUTE, RolloutWorker
 from actors.verifier import cli as verifier_cli
 from ops.paths import REPO_ROOT
+from ops.telemetry import tracing
+from ops.telemetry.ids import TRACEPARENT, SpanRef, episode_trace_id, traceparent_from_headers
+from ops.telemetry.otel import OtelTracer
 from schemas.codec import default_codec
 from schemas.events import ActionProposed
 from schemas.requests import PolicyRequest
-from tests.unit.actors.requests import fixed_origin, policy_request, verify_request
+from tests.unit.actors.requests import fixed_origin, policy_request, request_meta, verify_request
 
 CODEC = default_codec()
 
@@ -112,3 +118,65 @@ def test_the_verifier_waits_past_its_slowest_task(tmp_path: Path) -> None:
     toml = slow / "task.toml"
     toml.write_text(toml.read_text().replace("timeout_s = 30", "timeout_s = 3600"))
     assert verifier_cli.poll_interval_ms(FolderTasks([slow])) == (2 * 3600 + 300) * 1000
+
+
+@dataclasses.dataclass
+class _Record:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes
+    value: bytes
+    headers: list[tuple[str, bytes]]
+
+
+class _Producer:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes, list[tuple[str, bytes]]]] = []
+
+    def send(self, topic: str, key: bytes, value: bytes, headers: list[tuple[str, bytes]]) -> _Producer:
+        self.sent.append((topic, key, headers))
+        return self
+
+    def get(self, timeout: float) -> None:
+        pass
+
+
+def test_batched_requests_each_get_a_span_from_their_header_and_answers_name_it() -> None:
+    worker = RolloutWorker(RandomPolicy(), fixed_origin())
+    batches: list[int] = []
+
+    def handle_batch(requests: list[PolicyRequest]) -> list[ActionProposed]:
+        batches.append(len(requests))
+        return [worker.handle(r) for r in requests]
+
+    settings = LoopSettings("127.0.0.1:1", "g", run="r1", max_batch=4)
+    loop = RequestLoop(ROUTE, worker.handle, settings, fixed_origin(), handle_batch=handle_batch)
+    episodes = ("ep-1", "ep-2")
+    senders = {e: SpanRef(episode_trace_id(e), n) for e, n in zip(episodes, (0x61, 0x62), strict=True)}
+    records = [
+        _Record(
+            "r1.policy.requests", 0, offset, e.encode(),
+            CODEC.encode(policy_request(meta=request_meta(episode=e))),
+            [(TRACEPARENT, senders[e].traceparent().encode())],
+        )
+        for offset, e in enumerate(episodes)
+    ]  # fmt: skip
+    exporter = InMemorySpanExporter()
+    tracer = OtelTracer("trialog-rollout", SimpleSpanProcessor(exporter))
+    producer = _Producer()
+    with tracing.installed(tracer):
+        loop.answer_ahead(records)
+        for record in records:
+            loop.serve(record, producer)
+    tracer.shutdown()
+    assert batches == [2]  # answered together, ahead of the spans
+    spans = {dict(s.attributes or {})["trialog.episode"]: s for s in exporter.get_finished_spans()}
+    assert set(spans) == set(episodes) and all(s.name == "policy.call" for s in spans.values())
+    for (_topic, key, headers), episode in zip(producer.sent, episodes, strict=True):
+        span = spans[episode]
+        context = span.get_span_context()
+        assert key == episode.encode() and context is not None and span.parent is not None
+        assert context.trace_id == episode_trace_id(episode)
+        assert span.parent.span_id == senders[episode].span_id
+        assert traceparent_from_headers(headers) == SpanRef(context.trace_id, context.span_id)

@@ -134,9 +134,10 @@ class FakeProducer:
         self.sent: list[StartEpisode] = []
         self.on_send = on_send
 
-    def send(self, topic: str, key: bytes, value: bytes) -> Any:
+    def send(self, topic: str, key: bytes, value: bytes, headers: list[tuple[str, bytes]]) -> Any:
         command = default_codec().decode(value)
         assert isinstance(command, StartEpisode) and key == command.episode_id.encode()
+        assert headers == []  # tracing is off in unit tests: no traceparent
         self.sent.append(command)
         self.on_send(command)
         return self

@@ -6,6 +6,8 @@ from pathlib import Path
 import pytest
 import torch
 from kafka.errors import KafkaConnectionError
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from learner import checkpoint, testing
 from learner.lora import Adaptation, trainable_state
@@ -13,7 +15,10 @@ from learner.publish import MemoryAnnouncer
 from learner.samples import BytesPromptEncoder
 from learner.state import PlannerConfig, Position, Unreadable
 from learner.trainer import TrainSettings
-from learner.worker import STATS_FILE, Learner, LearnerSettings, inputs
+from learner.worker import STATS_FILE, Learner, LearnerSettings, Polled, inputs
+from ops.telemetry import tracing
+from ops.telemetry.ids import TRACEPARENT, SpanRef, episode_root_span_id, episode_trace_id
+from ops.telemetry.otel import OtelTracer
 from schemas.blobs import MemoryObjectStore
 from schemas.codec import default_codec
 from schemas.publications import PolicyPublished
@@ -135,3 +140,45 @@ def test_no_version_is_trained_past_one_that_could_not_be_announced(tmp_path: Pa
     learner.train_ready()
     assert [p.version for p in announcer.published] == [1, 2]
     assert learner.state.version == 2
+
+
+def test_a_consumed_trajectory_is_a_learner_span_of_its_episode_under_the_senders_span(
+    tmp_path: Path,
+) -> None:
+    exporter = InMemorySpanExporter()
+    tracer = OtelTracer("trialog-learner", SimpleSpanProcessor(exporter))
+    learner = make_learner(tmp_path, MemoryAnnouncer(), MemoryObjectStore())
+    trajectory = testing.group("g1", [1.0])[0]
+    episode = trajectory.meta.episode_id
+    sender = SpanRef(episode_trace_id(episode), 0xABC)  # the owner's span that published it
+    record = Polled(
+        Position(TOPIC, 3, 7), CODEC.encode(trajectory), ((TRACEPARENT, sender.traceparent().encode()),)
+    )
+    with tracing.installed(tracer):
+        for event in inputs([record], CODEC, FixedClock()):
+            learner.offer(event, record.headers)
+    tracer.shutdown()
+    (span,) = exporter.get_finished_spans()
+    context = span.get_span_context()
+    assert span.name == "learner.consume" and context is not None and span.parent is not None
+    assert context.trace_id == episode_trace_id(episode)
+    assert span.parent.span_id == 0xABC
+    attributes = dict(span.attributes or {})
+    assert attributes["trialog.episode"] == episode and attributes["trialog.learner.version"] == 0
+    assert attributes["messaging.kafka.offset"] == 7
+
+
+def test_without_a_header_the_learner_span_hangs_under_the_episodes_root(tmp_path: Path) -> None:
+    exporter = InMemorySpanExporter()
+    tracer = OtelTracer("trialog-learner", SimpleSpanProcessor(exporter))
+    learner = make_learner(tmp_path, MemoryAnnouncer(), MemoryObjectStore())
+    trajectory = testing.group("g1", [1.0])[0]
+    with tracing.installed(tracer):
+        for event in inputs([(Position(TOPIC, 0, 0), CODEC.encode(trajectory))], CODEC, FixedClock()):
+            learner.offer(event)
+    tracer.shutdown()
+    (span,) = exporter.get_finished_spans()
+    episode = trajectory.meta.episode_id
+    assert span.parent is not None and span.parent.span_id == episode_root_span_id(episode)
+    assert span.get_span_context() is not None
+    assert span.get_span_context().trace_id == episode_trace_id(episode)

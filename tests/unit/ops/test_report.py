@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import xml.etree.ElementTree as ET
 
 import pytest
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from ops.audit import LogRecord
 from ops.report.data import gather
@@ -14,6 +15,8 @@ from ops.report.html import render_page
 from ops.report.links import trace_id, trace_url
 from ops.report.svg import bar_chart, histogram, histogram_chart, nice_step
 from ops.runlog import LoggedRun
+from ops.telemetry import tracing
+from ops.telemetry.otel import OtelTracer
 from schemas.blobs import BlobRef
 from schemas.codec import default_codec
 from schemas.common import FailureClass, Producer, RecordMeta
@@ -23,9 +26,17 @@ from tests.unit.ops.test_audit import Episode, healthy_run
 SVG = "{http://www.w3.org/2000/svg}"
 
 
-def test_the_trace_id_is_the_first_16_bytes_of_sha256_of_the_episode_id() -> None:
-    expected = hashlib.sha256("ep-é1".encode()).hexdigest()[:32]
+def test_the_trace_link_names_the_trace_the_tracer_puts_the_episodes_spans_in() -> None:
+    exporter = InMemorySpanExporter()
+    tracer = OtelTracer("trialog-streams", SimpleSpanProcessor(exporter))
+    with tracing.installed(tracer), tracing.span("owner.episode.commands", "ep-é1"):
+        pass
+    tracer.shutdown()
+    (span,) = exporter.get_finished_spans()
+    assert span.get_span_context() is not None
+    expected = f"{span.get_span_context().trace_id:032x}"
     assert trace_id("ep-é1") == expected and len(expected) == 32
+    assert trace_id("ep-é2") != expected
     assert trace_url("ep-é1", "http://127.0.0.1:16686/") == f"http://127.0.0.1:16686/trace/{expected}"
 
 

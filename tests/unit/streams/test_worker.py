@@ -22,7 +22,7 @@ from schemas.state import Phase
 from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
 from streams.owner import OwnerState, TaskInfo
 from streams.tables import Row
-from streams.worker import EpisodeWorker, Input
+from streams.worker import EpisodeWorker, Headers, Input
 from tests.unit.streams.world import (
     CONFIG,
     EPISODE,
@@ -48,7 +48,9 @@ class Log:
         self.topics: dict[str, list[tuple[bytes | None, bytes]]] = {}
         self.fail_after: int | None = None  # crash after this many more sends
 
-    async def send(self, topic: str, key: bytes | None, value: bytes) -> Awaitable[int]:
+    async def send(
+        self, topic: str, key: bytes | None, value: bytes, headers: Headers = ()
+    ) -> Awaitable[int]:
         if self.fail_after is not None:
             if self.fail_after == 0:
                 raise Crash(topic)

@@ -10,14 +10,19 @@ import json
 from collections.abc import Awaitable
 
 import pytest
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from ops.telemetry import tracing
+from ops.telemetry.ids import TRACEPARENT, SpanRef, episode_trace_id, traceparent_from_headers
+from ops.telemetry.otel import OtelTracer
 from schemas.chain import digest, verify_chain
 from schemas.commands import AbortEpisode, StartEpisode
 from schemas.events import ActionProposed
 from schemas.requests import PolicyRequest
 from schemas.state import Phase
 from streams.tables import ROW_MAGIC_V2, Row
-from streams.worker import EpisodeWorker, Input
+from streams.worker import EpisodeWorker, Headers, Input
 from tests.unit.streams.test_worker import CODEC, Crash, Log, Rows, World, _play
 from tests.unit.streams.world import EPISODE, abort_command, start_command
 
@@ -43,7 +48,9 @@ class Journal(Log):
         super().__init__()
         self.journal = journal
 
-    async def send(self, topic: str, key: bytes | None, value: bytes) -> Awaitable[int]:
+    async def send(
+        self, topic: str, key: bytes | None, value: bytes, headers: Headers = ()
+    ) -> Awaitable[int]:
         self.journal.append(f"send {topic}")
         ack = await super().send(topic, key, value)
 
@@ -215,7 +222,9 @@ class FlakyLog(Log):
         super().__init__()
         self.fail_at = fail_at
 
-    async def send(self, topic: str, key: bytes | None, value: bytes) -> Awaitable[int]:
+    async def send(
+        self, topic: str, key: bytes | None, value: bytes, headers: Headers = ()
+    ) -> Awaitable[int]:
         self.fail_at -= 1
         if self.fail_at == 0:
             raise TimeoutError("the broker did not answer")
@@ -257,3 +266,53 @@ def test_inputs_of_a_partition_not_recovered_here_are_skipped_and_reported() -> 
     assert asyncio.run(worker.handle_batch([elsewhere, here])) == [False, True]
     assert [e.meta.episode_id for e in world.events()] == [EPISODE]
     assert worker.stats["skipped.unassigned"] == 1
+
+
+class HeaderLog(Log):
+    """The bus, keeping the headers each record was sent with."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[tuple[str, bytes | None, Headers]] = []
+
+    async def send(
+        self, topic: str, key: bytes | None, value: bytes, headers: Headers = ()
+    ) -> Awaitable[int]:
+        self.sent.append((topic, key, tuple(headers)))
+        return await super().send(topic, key, value)
+
+
+def test_each_input_of_a_batch_has_its_span_and_what_it_caused_names_that_span() -> None:
+    log = HeaderLog()
+    world = World(log=log)
+    worker = world.worker()
+    senders = {
+        EPISODE: SpanRef(episode_trace_id(EPISODE), 0x51),
+        OTHER: SpanRef(episode_trace_id(OTHER), 0x52),
+    }
+    batch = [
+        dataclasses.replace(
+            _input(world, "episode.commands", _start(e), e),
+            headers=((TRACEPARENT, senders[e].traceparent().encode()),),
+        )
+        for e in (EPISODE, OTHER)
+    ]
+    exporter = InMemorySpanExporter()
+    tracer = OtelTracer("trialog-streams", SimpleSpanProcessor(exporter))
+    log.sent.clear()
+    with tracing.installed(tracer):
+        assert asyncio.run(worker.handle_batch(batch)) == [True, True]
+    tracer.shutdown()
+    owner_spans = [s for s in exporter.get_finished_spans() if s.name == "owner.episode.commands"]
+    assert len(owner_spans) == 2
+    by_episode = {dict(s.attributes or {})["trialog.episode"]: s for s in owner_spans}
+    for episode, sender in senders.items():
+        span = by_episode[episode]
+        context = span.get_span_context()
+        assert context is not None and span.parent is not None
+        assert context.trace_id == episode_trace_id(episode) and span.parent.span_id == sender.span_id
+        caused = [headers for _topic, key, headers in log.sent if key == episode.encode()]
+        assert caused and all(
+            traceparent_from_headers(headers) == SpanRef(context.trace_id, context.span_id)
+            for headers in caused
+        )  # the events and the policy request, sent after the batch was decided, name the input's span
