@@ -56,6 +56,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lr", type=float, default=2e-4, help="AdamW learning rate (default 2e-4)")
     parser.add_argument("--lora-rank", type=int, default=8, help="LoRA rank, 0 for every weight (default 8)")
     parser.add_argument("--max-new-tokens", type=int, default=48, help="tokens per reply (default 48)")
+    parser.add_argument(
+        "--temperature",
+        type=float,
+        default=0.7,
+        help="sampling temperature, also the learner's (default 0.7)",
+    )
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
     parser.add_argument(
         "--output",
@@ -66,7 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-record", action="store_true", help="print only; leave BENCHMARKS.md alone")
 
 
-def _request(instruction: str, episode: str, seed: int, max_tokens: int) -> Any:
+def _request(instruction: str, episode: str, seed: int, max_tokens: int, temperature: float) -> Any:
     from schemas.common import EventMeta, Producer
     from schemas.requests import PolicyRequest, SamplingParams
 
@@ -75,7 +81,8 @@ def _request(instruction: str, episode: str, seed: int, max_tokens: int) -> Any:
         episode_id=episode, task_id="", task_version="", step=0, attempt=1, policy_version=0,
         snapshot_id=None, prev_hash="0" * 64, traceparent=None,
     )  # fmt: skip
-    return PolicyRequest(meta, instruction, (), SamplingParams(max_tokens=max_tokens, seed=seed))
+    sampling = SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=seed)
+    return PolicyRequest(meta, instruction, (), sampling)
 
 
 class Grader:
@@ -113,13 +120,15 @@ def _samples(policy: Any, requests: Sequence[Any]) -> list[Any]:
     return list(policy.sample_batch(list(requests)))
 
 
-def evaluate(policy: Any, grader: Grader, tasks: Sequence[Any], per_task: int, max_tokens: int) -> float:
+def evaluate(policy: Any, grader: Grader, tasks: Sequence[Any], args: argparse.Namespace) -> float:
     """Pass rate on `tasks` with fixed seeds (the same before and after training)."""
     passed = total = 0
     for task in tasks:
         requests = [
-            _request(task.spec.instruction, f"eval-{task.id}-{i}", 1000 + i, max_tokens)
-            for i in range(per_task)
+            _request(
+                task.spec.instruction, f"eval-{task.id}-{i}", 1000 + i, args.max_new_tokens, args.temperature
+            )
+            for i in range(args.eval_per_task)
         ]
         for sample in _samples(policy, requests):
             reward, _wrote = grader.reward(task, sample.action)
@@ -139,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
     from learner.model import prepare_model
     from learner.objective import group_advantages
     from learner.step import Sample
-    from learner.trainer import train_step
+    from learner.trainer import TrainSettings, train_step
     from sandbox_agent.limits import SandboxSpec
     from sandbox_agent.stack import default_image, stack_backend
 
@@ -165,14 +174,20 @@ def run(args: argparse.Namespace) -> int:
 
         grader = Grader(graded, Path(scratch) / "work")
         _say(f"evaluating v0 on {len(heldout)} held-out tasks x {args.eval_per_task}")
-        before = evaluate(policy, grader, heldout, args.eval_per_task, args.max_new_tokens)
+        before = evaluate(policy, grader, heldout, args)
         _say(f"held-out pass rate before: {before:.0%}")
         curve: list[StepResult] = []
         for step in range(args.steps):
             began = time.monotonic()
             task = train[step % len(train)]
             requests = [
-                _request(task.spec.instruction, f"learn-{step}-{i}", step * 1000 + i, args.max_new_tokens)
+                _request(
+                    task.spec.instruction,
+                    f"learn-{step}-{i}",
+                    step * 1000 + i,
+                    args.max_new_tokens,
+                    args.temperature,
+                )
                 for i in range(args.group)
             ]
             replies = _samples(policy, requests)
@@ -185,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
                     for request, reply, advantage in zip(requests, replies, advantages, strict=True)
                     if reply.token_ids
                 ]
-                train_step(model, optimizer, batch)
+                train_step(model, optimizer, batch, TrainSettings(temperature=args.temperature))
             result = StepResult(
                 step, task.id, tuple(rewards), sum(r >= 1.0 for r in rewards), sum(w for _r, w in outcomes),
                 advantages is not None, time.monotonic() - began,
@@ -196,7 +211,7 @@ def run(args: argparse.Namespace) -> int:
                 f"{result.wrote_file}/{args.group}, {'trained' if result.trained else 'skipped (all equal)'} "
                 f"[{result.seconds:.0f} s]"
             )
-        after = evaluate(policy, grader, heldout, args.eval_per_task, args.max_new_tokens)
+        after = evaluate(policy, grader, heldout, args)
         _say(f"held-out pass rate after: {after:.0%}")
     section = render(args, curve, before, after, time.monotonic() - started)
     print(section)
@@ -223,7 +238,8 @@ def render(
     return f"""{SECTION}
 
 `trialog bench learning --steps {args.steps} --group {args.group} --tasks {args.tasks} --lr {args.lr} \
---lora-rank {args.lora_rank} --max-new-tokens {args.max_new_tokens}` on {dt.date.today().isoformat()}, \
+--lora-rank {args.lora_rank} --max-new-tokens {args.max_new_tokens} --temperature {args.temperature}` \
+on {dt.date.today().isoformat()}, \
 {cpu_model()}, {memory_gib():.0f} GiB; {seconds / 60:.1f} min in all.
 SmolLM2-135M-Instruct, GRPO groups of {args.group} on the first turn of toy tasks ("make NAME() return N"),
 rewards from `verify` in fresh Docker sandboxes, LoRA rank {args.lora_rank}, one PPO-clipped step per group.
