@@ -98,7 +98,7 @@ class Grader:
         """(reward, whether the action wrote a file)."""
         from schemas.actions import WriteFile
 
-        files = {}
+        files: dict[str, bytes] = {}
         if isinstance(action, WriteFile) and _safe(action.path):
             files[action.path] = action.content
         key = (task.id, hashlib.sha256(repr(sorted(files.items())).encode()).hexdigest())
@@ -106,7 +106,7 @@ class Grader:
             workspace = task.copy_repo(self.scratch / f"{task.id}-{key[1][:12]}")
             for path, content in files.items():
                 (workspace / path).parent.mkdir(parents=True, exist_ok=True)
-                (workspace / path).write_text(content)
+                (workspace / path).write_bytes(content)
             self.cache[key] = self.verify(task, workspace)
         return self.cache[key], bool(files)
 
