@@ -99,7 +99,8 @@ class Grader:
         from schemas.actions import WriteFile
 
         files: dict[str, bytes] = {}
-        if isinstance(action, WriteFile) and _safe(action.path):
+        # A model's reply is far below the inline cap: its content is bytes, never a blob reference.
+        if isinstance(action, WriteFile) and isinstance(action.content, bytes) and _safe(action.path):
             files[action.path] = action.content
         key = (task.id, hashlib.sha256(repr(sorted(files.items())).encode()).hexdigest())
         if key not in self.cache:
