@@ -32,6 +32,7 @@ import faust
 
 from ops.telemetry import metrics
 from ops.topics import TOPICS, topic_name
+from schemas.requests import SamplingParams
 from schemas.sources import Origin
 from streams.tables import TaskCache
 from streams.worker import COMMANDS, EVENTS, INPUTS, EpisodeWorker, Headers, Input
@@ -57,6 +58,7 @@ class Settings:
     data_dir: str
     instance: str
     standby_replicas: int = 0
+    sampling: SamplingParams | None = None  # the run's; None: SamplingParams' defaults
 
     @property
     def app_id(self) -> str:
@@ -147,6 +149,7 @@ def build_app(settings: Settings) -> tuple[faust.App, EpisodeWorker]:
         origin=Origin.system("streams", settings.instance),
         topic=lambda base: topic_name(run, base),
         before_row_write=_fault_from_env(),
+        sampling=settings.sampling,
     )
     names = {topic_name(run, base): base for base in INPUTS}
     inputs = app.topic(*names, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")

@@ -26,6 +26,7 @@ snapshot of its repo/ (the first step's restore point); a v1 record gets `Resour
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import logging
 import struct
@@ -218,5 +219,6 @@ class TaskCache:
             self._consumer = None
 
 
-def sampling_for(seed: int) -> SamplingParams:
-    return SamplingParams(seed=seed)
+def sampling_for(seed: int, run: SamplingParams | None = None) -> SamplingParams:
+    """An episode's sampling parameters: the run's, with the episode's own seed."""
+    return SamplingParams(seed=seed) if run is None else dataclasses.replace(run, seed=seed)

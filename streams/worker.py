@@ -104,7 +104,7 @@ from schemas.events import (
 )
 from schemas.fold import FoldError, apply
 from schemas.record import Record
-from schemas.requests import PolicyRequest, SandboxRequest, VerifyRequest
+from schemas.requests import PolicyRequest, SamplingParams, SandboxRequest, VerifyRequest
 from schemas.sources import Clock, Origin, SystemClock
 from schemas.state import EpisodeState
 from schemas.trajectories import TrajectoryCompleted
@@ -203,6 +203,7 @@ class EpisodeWorker:
         clock: Clock | None = None,
         before_row_write: Callable[[], None] | None = None,
         retry_backoff_s: tuple[float, float] = RETRY_BACKOFF_S,
+        sampling: SamplingParams | None = None,
     ) -> None:
         self.rows = rows
         self.bus = bus
@@ -212,6 +213,9 @@ class EpisodeWorker:
         self.topic = topic
         self.clock = clock or SystemClock()
         self.retry_backoff_s = retry_backoff_s
+        # The run's sampling parameters (temperature, top-p, token budget); each episode gets its own seed.
+        # Every PolicyRequest carries them, so the log says how each reply was sampled.
+        self.sampling = sampling or SamplingParams()
         self.ready: set[int] = set()  # partitions recovered since they were assigned
         self.live: dict[str, Row] = {}  # rows of the episodes in flight on ready partitions
         self.watermarks: dict[int, int] = {}  # partition -> W (see the module doc)
@@ -319,7 +323,8 @@ class EpisodeWorker:
             return None
         state = replace(row.state, episode=episode)
         if isinstance(event, EpisodeStarted):
-            state = replace(state, task=self.tasks.get(event.meta.task_id), sampling=sampling_for(event.seed))
+            task, sampling = self.tasks.get(event.meta.task_id), sampling_for(event.seed, self.sampling)
+            state = replace(state, task=task, sampling=sampling)
         return key, replace(row, state=state, events=(*row.events, value))
 
     # -- inputs ------------------------------------------------------------------------------------------
@@ -409,7 +414,10 @@ class EpisodeWorker:
         now = self.clock.now_us()
         if isinstance(value, StartEpisode):
             task = await self._task(value.task_id)
-            effects = owner.on_start(row.state, value, task, origin=self.origin, now_us=now)
+            sampling = sampling_for(value.seed, self.sampling)
+            effects = owner.on_start(
+                row.state, value, task, origin=self.origin, now_us=now, sampling=sampling
+            )
         elif isinstance(value, AbortEpisode):
             effects = owner.on_abort(row.state, value, origin=self.origin, now_us=now)
         elif isinstance(value, ActionProposed):
@@ -567,6 +575,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--standby-replicas", type=int, default=0, help="standby copies of each table partition (default 0)"
     )
+    parser.add_argument(
+        "--temperature", type=float, default=1.0, help="the run's sampling temperature (default 1.0)"
+    )
+    parser.add_argument(
+        "--top-p", type=float, default=1.0, help="the run's nucleus sampling mass (default 1.0)"
+    )
+    parser.add_argument(
+        "--max-tokens", type=int, default=1024, help="tokens per reply at most (default 1024)"
+    )
     telemetry_config.add_arguments(parser)
 
 
@@ -584,7 +601,11 @@ def run_from_args(args: argparse.Namespace) -> int:
         from ops.paths import Paths
 
         data_dir = str(Paths.from_env().component("streams") / f"data-{args.instance}")
-    settings = Settings(bootstrap, args.run, data_dir, args.instance, args.standby_replicas)
+    if args.temperature < 0 or not 0 < args.top_p <= 1 or args.max_tokens < 1:
+        print("trialog worker streams: need --temperature >= 0, 0 < --top-p <= 1, --max-tokens >= 1")
+        return 2
+    sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens)
+    settings = Settings(bootstrap, args.run, data_dir, args.instance, args.standby_replicas, sampling)
     if not _kafka_answers(bootstrap):
         return 1
     start_from_args(args, "trialog-streams")

@@ -41,6 +41,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     demo.add_argument("--max-steps", type=int, default=3, help="actions per episode (default 3)")
     demo.add_argument("--max-new-tokens", type=int, default=48, help="tokens per reply (default 48)")
     demo.add_argument("--lora-rank", type=int, default=8, help="LoRA rank; 0 trains every weight (default 8)")
+    demo.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (default 0.7)")
     demo.add_argument("--seed", type=int, default=0, help="seed of the task draw and sampling (default 0)")
     demo.add_argument("--name", help="the demo's name, prefix of its runs (default: demo-<hex>)")
     demo.add_argument("--json", action="store_true", help="print the summary as one JSON object")
@@ -74,12 +75,13 @@ def settings_from_args(args: argparse.Namespace) -> DemoSettings:
         max_new_tokens=args.max_new_tokens,
         lora_rank=args.lora_rank,
         seed=args.seed,
+        temperature=args.temperature,
     )
     for name in ("toy_count", "group_size", "capacity", "eval_per_task", "max_steps", "max_new_tokens"):
         if getattr(settings, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
-    if settings.minutes <= 0 or settings.lora_rank < 0:
-        raise ValueError("--minutes must be positive and --lora-rank at least 0")
+    if settings.minutes <= 0 or settings.lora_rank < 0 or settings.temperature <= 0:
+        raise ValueError("--minutes and --temperature must be positive and --lora-rank at least 0")
     return settings
 
 

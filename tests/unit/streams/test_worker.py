@@ -16,7 +16,7 @@ from schemas.deadletter import DeadLetter
 from schemas.events import EPISODE_EVENT_TYPES, EpisodeEvent
 from schemas.fold import fold
 from schemas.record import Record
-from schemas.requests import PolicyRequest, SandboxRequest, VerifyRequest
+from schemas.requests import PolicyRequest, SamplingParams, SandboxRequest, VerifyRequest
 from schemas.sources import Origin
 from schemas.state import Phase
 from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
@@ -119,7 +119,7 @@ class World:
     origin: Origin = dataclasses.field(default_factory=owner_origin)
     offsets: dict[str, int] = dataclasses.field(default_factory=dict)
 
-    def worker(self) -> EpisodeWorker:
+    def worker(self, sampling: SamplingParams | None = None) -> EpisodeWorker:
         """A fresh worker process over the same broker and table (as after a restart)."""
         worker = EpisodeWorker(
             rows=self.rows,
@@ -128,6 +128,7 @@ class World:
             read_events=self.log.read_events,
             origin=self.origin,
             clock=self.clock,
+            sampling=sampling,
         )
         asyncio.run(worker.sync_assignment({0}))
         return worker
@@ -271,6 +272,19 @@ def test_bad_records_are_dead_lettered_with_their_reason() -> None:
     letter = world.dead()[1]
     assert (letter.topic, letter.partition, letter.offset, letter.value) == ("policy.results", 0, 0, b"x")
     assert world.events() == []
+
+
+def test_requests_carry_the_runs_sampling_parameters_with_the_episodes_seed() -> None:
+    world = World()
+    run = SamplingParams(temperature=0.7, top_p=0.9, max_tokens=48, seed=999)
+    command = start_command()
+    world.deliver(world.worker(run), "episode.commands", command)
+    (request,) = world.requests("policy.requests")
+    assert isinstance(request, PolicyRequest)
+    assert request.sampling == SamplingParams(temperature=0.7, top_p=0.9, max_tokens=48, seed=command.seed)
+    # A restarted worker rebuilds the row from the log with the same parameters.
+    world.deliver(world.worker(run), "policy.results", world.workers.act(request))
+    assert world.state().sampling == request.sampling
 
 
 def test_a_start_for_an_unknown_task_fails_the_episode() -> None:
