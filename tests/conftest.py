@@ -14,6 +14,7 @@ from pathlib import Path
 import docker
 import docker.errors
 import pytest
+from hypothesis import settings
 
 from ops.paths import Paths
 from ops.testing import (
@@ -26,6 +27,11 @@ from ops.testing import (
 )
 
 TESTS_ROOT = Path(__file__).parent
+
+# Property tests check behaviour, not speed: a 2-core CI machine running Kafka and Docker beside them must
+# not fail an example for taking longer than hypothesis' default 200 ms.
+settings.register_profile("trialog", deadline=None)
+settings.load_profile("trialog")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
