@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 import torch
@@ -176,21 +176,3 @@ def check_tensors(tensors: Mapping[str, torch.Tensor], shapes: Mapping[str, tupl
         raise WeightsRefused(f"{name} has shape {tuple(tensors[name].shape)}, expected {shapes[name]}")
     if not tensors:
         raise WeightsRefused("the file holds no tensor")
-
-
-class VersionedPolicy(Protocol):
-    """A policy that records the version of its weights in each sample (`LlmPolicy` does)."""
-
-    policy_version: int | None
-
-
-def hot_swap(watcher: WeightsWatcher, policy: VersionedPolicy) -> Callable[[], int | None]:
-    """The rollout worker's between-requests hook: load the newest weights, and from then on report
-    their version in every sample. Returns the version loaded, or None when nothing changed."""
-
-    def between_requests() -> int | None:
-        loaded = watcher.refresh()
-        policy.policy_version = watcher.version
-        return loaded
-
-    return between_requests

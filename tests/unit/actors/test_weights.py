@@ -4,13 +4,15 @@ import dataclasses
 
 import torch
 
-from actors.rollout.weights import MemoryPublications, TorchModelTarget, WeightsWatcher, hot_swap
+from actors.rollout.plugins import RandomPolicy
+from actors.rollout.weights import MemoryPublications, TorchModelTarget, WeightsWatcher
+from actors.rollout.worker import RolloutWorker
 from learner.lora import Adaptation, adapt, merged_weights
 from learner.publish import store_weights, weights_bytes
 from learner.testing import tiny_llama
 from schemas.blobs import BlobRef, MemoryObjectStore
 from tests.publications_contract import check_publications_contract
-from tests.unit.actors.requests import fixed_origin
+from tests.unit.actors.requests import fixed_origin, policy_request, request_meta
 
 RUN = "run-w"
 IDS = torch.tensor([[1, 50, 51, 52]])
@@ -123,19 +125,12 @@ def test_a_pinned_watcher_loads_its_version_and_nothing_else() -> None:
     assert rig.watcher.version == 2
 
 
-class VersionedStub:
-    policy_version: int | None = None
-
-
-def test_the_between_requests_hook_loads_new_weights_and_records_their_version() -> None:
+def test_the_rollout_worker_loads_new_weights_between_requests_and_records_their_version() -> None:
     rig = Rig()
-    policy = VersionedStub()
-    between_requests = hot_swap(rig.watcher, policy)
-    assert between_requests() is None
-    assert policy.policy_version == 0  # the base weights
+    worker = RolloutWorker(RandomPolicy(), fixed_origin("rollout"), weights=rig.watcher)
+    first = worker.handle(policy_request(meta=request_meta(step=0)))
+    assert first.meta.policy_version == 0  # the base weights, whatever version the request named
     rig.publish(1)
     rig.publish(2)
-    assert between_requests() == 2
-    assert policy.policy_version == 2 and rig.holds(2)
-    assert between_requests() is None
-    assert policy.policy_version == 2
+    second = worker.handle(policy_request(meta=request_meta(step=1)))
+    assert second.meta.policy_version == 2 and rig.holds(2)
