@@ -88,7 +88,7 @@ class KafkaContainer(DockerContainer):
         runtime = java_home()
         self.with_kwargs(network_mode="host", labels=owned_labels("kafka"))
         self.with_env("JAVA_HOME", str(runtime))
-        self.with_env("KAFKA_CLUSTER_ID", _kraft_cluster_id())
+        self.with_env("KAFKA_CLUSTER_ID", kafka.new_cluster_id())
         self.with_volume_mapping(str(kafka.libs(paths)), "/opt/kafka/libs", "ro")
         self.with_volume_mapping(str(self._config_dir), "/etc/kafka", "ro")
         for host_path in host_paths_of_runtime(runtime):
@@ -127,12 +127,6 @@ class KafkaContainer(DockerContainer):
     def stop(self, force: bool = True, delete_volume: bool = True) -> None:
         super().stop(force=force, delete_volume=delete_volume)
         shutil.rmtree(self._config_dir, ignore_errors=True)
-
-
-def _kraft_cluster_id() -> str:
-    import base64
-
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
 @dataclass

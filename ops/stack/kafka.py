@@ -141,14 +141,23 @@ def start(paths: Paths, ports: KafkaPorts) -> None:
         )
 
 
+def new_cluster_id() -> str:
+    """A KRaft cluster id: a random UUID in URL-safe base64 that never starts with "-". One that did (1 in
+    64) would be read by `kafka-storage format -t ID` as an option, and the broker would never start (seen
+    as a rare CI failure). Kafka's own `Uuid.randomUuid` avoids it the same way."""
+    import base64
+
+    while True:
+        raw = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not raw.startswith("-"):
+            return raw
+
+
 def _cluster_id(home: Path) -> str:
     """KRaft wants a base64 UUID; one per stack home, kept so that a restart finds the same cluster."""
     path = home / "cluster.id"
-    if not path.exists():
-        import base64
-
-        raw = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        path.write_text(raw)
+    if not path.exists() or path.read_text().strip().startswith("-"):
+        path.write_text(new_cluster_id())
     return path.read_text().strip()
 
 

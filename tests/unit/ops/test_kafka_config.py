@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import pytest
+
 from ops.stack.kafka import KafkaPorts, server_properties
 
 
@@ -19,3 +21,15 @@ def test_every_listener_is_on_loopback_and_topics_are_never_auto_created() -> No
 
 def test_bootstrap_address() -> None:
     assert KafkaPorts(broker=1234).bootstrap == "127.0.0.1:1234"
+
+
+def test_cluster_ids_never_start_with_a_dash(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`kafka-storage format -t -abc...` reads the id as an option: the broker never starts (1 in 64)."""
+    import uuid
+
+    from ops.stack.kafka import new_cluster_id
+
+    # A UUID whose URL-safe base64 starts with "-" (0xf8 >> 2 == 62), then an ordinary one.
+    drawn = iter([uuid.UUID(bytes=b"\xf8" + bytes(15)), uuid.UUID(bytes=bytes(16))])
+    monkeypatch.setattr(uuid, "uuid4", lambda: next(drawn))
+    assert new_cluster_id() == "AAAAAAAAAAAAAAAAAAAAAA"
