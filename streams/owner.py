@@ -383,15 +383,20 @@ def outstanding_request(state: OwnerState, *, origin: Origin, now_us: int) -> Re
 # -- checking answers ---------------------------------------------------------------------------------------
 
 
-def check_answer(state: OwnerState, kind: RequestKind, answer: Answer) -> Rejection | None:
-    """Why `answer` cannot be applied now, or None when it answers the outstanding request."""
-    episode, meta = state.episode, answer.meta
+def _of_this_episode(episode: EpisodeState, meta: EventMeta) -> bool:
+    """The answer's header names this episode (started), its run and its task version."""
     started = episode.started
-    if started is None or (meta.episode_id, meta.run_id, meta.task_version) != (
+    return started is not None and (meta.episode_id, meta.run_id, meta.task_version) == (
         started.meta.episode_id,
         started.meta.run_id,
         started.meta.task_version,
-    ):
+    )
+
+
+def check_answer(state: OwnerState, kind: RequestKind, answer: Answer) -> Rejection | None:
+    """Why `answer` cannot be applied now, or None when it answers the outstanding request."""
+    episode, meta = state.episode, answer.meta
+    if not _of_this_episode(episode, meta):
         return Rejection.UNKNOWN_EPISODE
     recorded = _recorded(episode, answer)
     if recorded is not None:
@@ -406,12 +411,7 @@ def check_answer(state: OwnerState, kind: RequestKind, answer: Answer) -> Reject
 def check_failure(state: OwnerState, kind: RequestKind, answer: EpisodeFailed) -> Rejection | None:
     """Why the failure answer `answer` to a `kind` request cannot be acted on now, or None."""
     episode, meta = state.episode, answer.meta
-    started = episode.started
-    if started is None or (meta.episode_id, meta.run_id, meta.task_version) != (
-        started.meta.episode_id,
-        started.meta.run_id,
-        started.meta.task_version,
-    ):
+    if not _of_this_episode(episode, meta):
         return Rejection.UNKNOWN_EPISODE
     if kind is not RequestKind.SANDBOX or answer.failure not in SANDBOX_FAILURES:
         return Rejection.UNEXPECTED_FAILURE
