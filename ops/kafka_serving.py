@@ -56,6 +56,11 @@ class Consuming:
     session_timeout_ms: int = 15_000
     # More than 1 only for a worker that answers a poll's records together (batched generation).
     max_poll_records: int = 1
+    # The longest the broker holds a fetch none of whose partitions has data. kafka-python's default
+    # (500 ms) delays a request: a fetch names only the partitions without unread records, so a request
+    # arriving meanwhile on one that had some waits for it. Measured on an idle consumer here: 10 ms costs
+    # 14% of a core in empty fetches, 50 ms 2.9%, 500 ms 0.4%.
+    fetch_max_wait_ms: int = 50
 
 
 def connected(bootstrap: str, stopping: threading.Event, say: Callable[[str], None] | None = None) -> bool:
@@ -102,6 +107,7 @@ def serve_requests(
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         max_poll_records=consuming.max_poll_records,
+        fetch_max_wait_ms=consuming.fetch_max_wait_ms,
         max_poll_interval_ms=consuming.max_poll_interval_ms,
         session_timeout_ms=consuming.session_timeout_ms,
         heartbeat_interval_ms=consuming.session_timeout_ms // 5,

@@ -4,6 +4,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from kafka.errors import KafkaConnectionError
 from kafka.structs import TopicPartition
 
@@ -91,3 +92,26 @@ def test_serving_stops_before_connecting_when_asked_to() -> None:
     consuming = kafka_serving.Consuming("127.0.0.1:1", "group", "topic")
     kafka_serving.serve_requests(consuming, lambda record, producer: served.append(record), stopping)
     assert served == []
+
+
+class _Captured(Exception):
+    pass
+
+
+def test_a_serving_consumer_asks_the_broker_for_a_short_fetch_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kafka-python's 500 ms default would hold a request arriving on a partition left out of the fetch."""
+    import kafka
+
+    seen: dict[str, Any] = {}
+
+    def consumer(*topics: str, **kwargs: Any) -> None:
+        seen.update(kwargs, topics=topics)
+        raise _Captured
+
+    monkeypatch.setattr(kafka_serving, "connected", lambda *args, **kwargs: True)
+    monkeypatch.setattr(kafka, "KafkaConsumer", consumer)
+    consuming = kafka_serving.Consuming("127.0.0.1:1", "group", "topic", max_poll_records=4)
+    with pytest.raises(_Captured):
+        kafka_serving.serve_requests(consuming, lambda record, producer: None, threading.Event())
+    assert seen["topics"] == ("topic",) and seen["max_poll_records"] == 4
+    assert seen["fetch_max_wait_ms"] == consuming.fetch_max_wait_ms <= 100

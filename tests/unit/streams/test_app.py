@@ -13,6 +13,7 @@ from aiokafka.consumer.fetcher import Fetcher
 
 from streams.app import (
     BLOCK_CACHE_BYTES,
+    FETCH_MAX_WAIT_MS,
     SESSION_TIMEOUT_S,
     FaustRows,
     Settings,
@@ -56,14 +57,19 @@ def test_consumer_group_timeouts_are_short(tmp_path: Path) -> None:
     assert app.conf.broker_request_timeout >= app.conf.broker_session_timeout  # aiokafka requires it
 
 
-def test_tune_fetcher_removes_aiokafka_prefetch_backoff() -> None:
+def test_tune_fetcher_removes_the_prefetch_backoff_and_shortens_the_fetch_wait() -> None:
     default = inspect.signature(Fetcher.__init__).parameters["prefetch_backoff"].default
     assert default == 0.1  # the 100 ms it removes (if aiokafka changes this, re-check tune_fetcher)
-    fetcher = SimpleNamespace(_prefetch_backoff=default)
+    # tune_fetcher sets the attributes aiokafka's fetcher reads (a rename would silently undo it).
+    source = inspect.getsource(Fetcher)
+    assert "self._fetch_max_wait_ms = fetch_max_wait_ms" in source
+    assert "self._prefetch_backoff = prefetch_backoff" in source
+    fetcher = SimpleNamespace(_prefetch_backoff=default, _fetch_max_wait_ms=1500)
     app = SimpleNamespace(consumer=SimpleNamespace(_thread=SimpleNamespace(_consumer=None)))
     assert tune_fetcher(app) is False  # not started yet: nothing to tune
     app.consumer._thread._consumer = SimpleNamespace(_fetcher=fetcher)
     assert tune_fetcher(app) is True and fetcher._prefetch_backoff == 0.0
+    assert fetcher._fetch_max_wait_ms == FETCH_MAX_WAIT_MS <= 50
 
 
 def test_rows_are_written_to_their_partition_outside_a_stream_event(tmp_path: Path) -> None:
