@@ -54,6 +54,7 @@ class Result:
     seconds: float
     episodes_done: int
     cpu_s: float  # the streams worker's user + system CPU time while driving
+    driver_cpu_s: float = 0.0  # this process's (the null workers'), same span
 
 
 @dataclasses.dataclass
@@ -154,7 +155,7 @@ def _drive(bootstrap: str, run_id: str, episodes: int, steps: int, streams_pid: 
     overheads: list[float] = []
     answered = done = 0
     started = time.monotonic()
-    cpu_before = cpu_seconds(streams_pid)
+    cpu_before, driver_before = cpu_seconds(streams_pid), time.process_time()
     for command in start_commands(run_id, episodes, steps):
         producer.send(topic_name(run_id, "episode.commands"), key=command.episode_id.encode(),
                       value=codec.encode(command))  # fmt: skip
@@ -184,12 +185,12 @@ def _drive(bootstrap: str, run_id: str, episodes: int, steps: int, streams_pid: 
                 answered += 1
         producer.flush()
     seconds = time.monotonic() - started
-    cpu = cpu_seconds(streams_pid) - cpu_before
+    cpu, driver_cpu = cpu_seconds(streams_pid) - cpu_before, time.process_time() - driver_before
     producer.close()
     consumer.close()
     if done < episodes:
         raise StackError(f"only {done} of {episodes} episodes completed within 300 s")
-    return Result(overheads, answered, seconds, done, cpu)
+    return Result(overheads, answered, seconds, done, cpu, driver_cpu)
 
 
 WARM_UP = "-warm-up-"
@@ -236,14 +237,16 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def _summary(results: list[Result]) -> tuple[float, float, float, float, int]:
-    """p50 and p99 of every step of every round, steps/s and CPU ms per step over all rounds."""
+def _summary(results: list[Result]) -> tuple[float, float, float, float, float, int]:
+    """p50 and p99 of every step of every round, steps/s and CPU ms per step (the streams worker's, the
+    null workers') over all rounds."""
     overheads = [ms for result in results for ms in result.overheads_ms]
     steps = sum(result.steps for result in results)
     seconds = sum(result.seconds for result in results)
     cpu_ms = 1000 * sum(result.cpu_s for result in results) / max(1, steps)
+    driver_ms = 1000 * sum(result.driver_cpu_s for result in results) / max(1, steps)
     p50, p99 = _percentile(overheads, 0.5), _percentile(overheads, 0.99)
-    return p50, p99, steps / seconds, cpu_ms, len(overheads)
+    return p50, p99, steps / seconds, cpu_ms, driver_ms, len(overheads)
 
 
 def _render(args: argparse.Namespace, measures: dict[str, Measures], checkouts: dict[str, Path]) -> str:
@@ -259,7 +262,7 @@ def _render(args: argparse.Namespace, measures: dict[str, Measures], checkouts: 
         return "met" if ok else "NOT met"
 
     current = [row for row in rows if row[0] == "this checkout"]
-    (_, _, p50_u, p99_u, _, _, _), (_, _, p50_l, p99_l, rate_l, cpu_l, _) = current
+    (_, _, p50_u, p99_u, _, _, _, _), (_, _, p50_l, p99_l, rate_l, cpu_l, _, _) = current
     command = f"trialog bench pipeline --episodes {args.episodes} --steps {args.steps}"
     if args.baseline is not None:
         command += f" --baseline {args.baseline} --rounds {args.rounds}"
@@ -281,11 +284,11 @@ def _render(args: argparse.Namespace, measures: dict[str, Measures], checkouts: 
         *(f"- {name}: `{root}`" for name, root in checkouts.items() if args.baseline is not None),
         "",
         "| streams worker | load | overhead per step p50 | p99 | steps/s through one streams worker "
-        "| streams CPU per step | steps measured |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+        "| streams CPU per step | null workers' CPU per step | steps measured |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
         *(
-            f"| {n} | {load} | {a:.1f} ms | {b:.1f} ms | {r:.0f} | {c:.2f} ms | {k} |"
-            for n, load, a, b, r, c, k in rows
+            f"| {n} | {load} | {a:.1f} ms | {b:.1f} ms | {r:.0f} | {c:.2f} ms | {d:.2f} ms | {k} |"
+            for n, load, a, b, r, c, d, k in rows
         ),
         "",
         f"- overhead p50: unloaded {p50_u:.1f} ms, loaded {p50_l:.1f} ms "

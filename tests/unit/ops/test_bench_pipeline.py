@@ -55,12 +55,12 @@ def test_cpu_seconds_of_a_process_grow_with_its_work() -> None:
 
 
 def test_the_report_compares_the_baseline_with_this_checkout_and_gives_cpu_per_step() -> None:
-    fast = Result([1.0, 2.0, 3.0], steps=100, seconds=1.0, episodes_done=1, cpu_s=0.2)
+    fast = Result([1.0, 2.0, 3.0], steps=100, seconds=1.0, episodes_done=1, cpu_s=0.2, driver_cpu_s=0.1)
     slow = Result([10.0, 20.0, 30.0], steps=100, seconds=10.0, episodes_done=1, cpu_s=1.0)
-    assert _summary([fast, fast]) == (2.0, 3.0, 100.0, 2.0, 6)
+    assert _summary([fast, fast]) == (2.0, 3.0, 100.0, 2.0, 1.0, 6)
     measures = {"baseline": Measures([slow], [slow]), "this checkout": Measures([fast], [fast])}
     args = argparse.Namespace(episodes=60, steps=8, baseline=Path("/base"), rounds=1)
     text = _render(args, measures, {"baseline": Path("/base"), "this checkout": Path("/here")})
-    assert "| baseline | 60 in flight | 20.0 ms | 30.0 ms | 10 | 10.00 ms | 3 |" in text
-    assert "| this checkout | 60 in flight | 2.0 ms | 3.0 ms | 100 | 2.00 ms | 3 |" in text
+    assert "| baseline | 60 in flight | 20.0 ms | 30.0 ms | 10 | 10.00 ms | 0.00 ms | 3 |" in text
+    assert "| this checkout | 60 in flight | 2.0 ms | 3.0 ms | 100 | 2.00 ms | 1.00 ms | 3 |" in text
     assert "--baseline /base" in text and "2.00 ms of CPU per step" in text
