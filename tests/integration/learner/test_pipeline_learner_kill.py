@@ -42,14 +42,14 @@ from ops.paths import REPO_ROOT, Paths
 from ops.run_cli import Workers, validate_tasks
 from ops.topics import topic_name
 from schemas.blobs import LocalObjectStore
-from schemas.codec import DecodeError, default_codec
+from schemas.codec import default_codec
 from schemas.events import ActionProposed
 from schemas.publications import PolicyPublished
 from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
 
 CODEC = default_codec()
 TOY_TASKS = 2
-EPISODES = 24
+EPISODES = 48
 GROUP_SIZE = 4
 RESTART_AFTER = 2  # trajectories that end while the learner is down before it is started again
 DOWN_AT_MOST_S = 60.0
@@ -94,29 +94,30 @@ def taught_model(tmp_path_factory: pytest.TempPathFactory, toy_tasks: list[Path]
 
 
 class Ended:
-    """The run's ended episodes (completed or failed), read as they arrive."""
+    """The run's ended episodes (completed or failed), read up to the topics' ends at each call."""
 
     def __init__(self, bootstrap: str, run: str) -> None:
         self.consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
         topics = [topic_name(run, base) for base in ("trajectories.completed", "trajectories.failed")]
-        partitions = [
+        self.partitions = [
             TopicPartition(topic, p)
             for topic in topics
             for p in self.consumer.partitions_for_topic(topic) or ()
         ]
-        self.consumer.assign(partitions)
-        self.consumer.seek_to_beginning(*partitions)
+        self.consumer.assign(self.partitions)
+        self.consumer.seek_to_beginning(*self.partitions)
         self.episodes: set[str] = set()
 
     def count(self) -> int:
-        for records in self.consumer.poll(timeout_ms=100).values():
-            for record in records:
-                try:
+        ends = self.consumer.end_offsets(self.partitions)
+        give_up = time.monotonic() + 30.0
+        while any(self.consumer.position(p) < ends[p] for p in self.partitions):
+            assert time.monotonic() < give_up, "could not read the trajectories to their end"
+            for records in self.consumer.poll(timeout_ms=200).values():
+                for record in records:
                     value = CODEC.decode(record.value)
-                except DecodeError:
-                    continue
-                if isinstance(value, TrajectoryCompleted | TrajectoryFailed):
-                    self.episodes.add(value.meta.episode_id)
+                    if isinstance(value, TrajectoryCompleted | TrajectoryFailed):
+                        self.episodes.add(value.meta.episode_id)
         return len(self.episodes)
 
     def close(self) -> None:
