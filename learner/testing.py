@@ -1,8 +1,11 @@
-"""Synthetic trajectories, as the pipeline would assemble them, for the learner's tests and benchmark.
+"""Synthetic trajectories and tiny models, for the learner's tests and benchmark.
 
 A trajectory here is what a byte-level policy would have produced: each turn's response is the UTF-8 bytes
 of a tool call, with behaviour log-probs, and the recorded prompt length is what `encoder` rebuilds for
 that turn (so the learner accepts every sample). Rewards and policy versions are chosen by the caller.
+
+Tiny models: `tiny_llama` (byte vocabulary), `tiny_chat_llama` (a real chat tokenizer's vocabulary) and
+`taught_tiny_model`, a tiny chat llama taught a few first replies so that the real pipeline can run on it.
 """
 
 from __future__ import annotations

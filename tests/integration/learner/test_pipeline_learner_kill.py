@@ -49,7 +49,7 @@ from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
 
 CODEC = default_codec()
 TOY_TASKS = 2
-EPISODES = 48
+EPISODES = 64  # a burst once the workers are up: the first version comes with most still to run
 GROUP_SIZE = 4
 RESTART_AFTER = 2  # trajectories that end while the learner is down before it is started again
 DOWN_AT_MOST_S = 60.0
