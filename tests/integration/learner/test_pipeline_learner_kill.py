@@ -8,11 +8,13 @@ random llama on SmolLM2's tokenizer, taught to answer each task's first turn wit
 different rewards, so the learner trains, publishes and the rollout hot-swaps, in seconds on a CPU.
 
 Once the learner has published a version, and while episodes are still running, it is killed; it is
-started again once more trajectories have arrived without it. When every episode has ended and the learner
-has caught up, the test reads the topics, the object store and the learner's checkpoint back and checks:
-every completed trajectory was consumed once and accounted for once (trained, or dropped as stale / skipped
-with a count), the published versions are 1, 2, 3, ... with no gap or repeat, the rollout answered with
-published versions, and `trialog audit` finds the run healthy.
+started again once more trajectories have arrived without it. When the first part of the episodes has
+ended and the restarted learner has published a version, the run goes on with the rest (the scheduler
+reads the log back). When every episode has ended and the learner has caught up, the test reads the
+topics, the object store and the learner's checkpoint back and checks: every completed trajectory was
+consumed once and accounted for once (trained, or dropped as stale / skipped with a count), the published
+versions are 1, 2, 3, ... with no gap or repeat, the rollout answered with published versions only (in
+the second part, versions of the restarted learner), and `trialog audit` finds the run healthy.
 """
 
 from __future__ import annotations
@@ -44,15 +46,18 @@ from ops.run_cli import Workers, validate_tasks
 from ops.topics import topic_name
 from schemas.blobs import LocalObjectStore
 from schemas.codec import default_codec
+from schemas.commands import StartEpisode
 from schemas.events import ActionProposed
 from schemas.publications import PolicyPublished
 from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
 
 CODEC = default_codec()
 TOY_TASKS = 2
-EPISODES = 64  # a burst once the workers are up: the first version comes with most still to run
+# Once the workers are up, episodes end in a burst (~2 a second here): the first version comes with most of
+# the first part still to run. The second part starts once the restarted learner has published a version.
+FIRST_PART, EPISODES = 64, 96
 GROUP_SIZE = 4
-RESTART_AFTER = 2  # trajectories that end while the learner is down before it is started again
+RESTART_AFTER = 1  # trajectories that end while the learner is down before it is started again
 DOWN_AT_MOST_S = 60.0
 CATCH_UP_S = (
     180.0  # generous: a loaded 2-core machine, and groups with a failed member wait for their timeout
@@ -190,6 +195,11 @@ def _end_offsets(bootstrap: str, topic: str) -> int:
         consumer.close()
 
 
+def _commands(bootstrap: str, run: str) -> list[StartEpisode]:
+    found = read_to_end(bootstrap, [topic_name(run, "episode.commands")])
+    return [v for _t, v in found if isinstance(v, StartEpisode)]
+
+
 def _caught_up(folder: Path, records: int) -> checkpoint.Checkpoint | None:
     """The learner's checkpoint once it accounts for all `records` and holds no trajectory back."""
     saved = checkpoint.load(folder)
@@ -207,10 +217,23 @@ def test_the_pipeline_trains_every_trajectory_once_across_a_learner_kill(
     ended, versions = Ended(kafka_bootstrap, run), KafkaPublications(kafka_bootstrap, run)
     killer = KillTheLearner(argv, ended, versions)
     try:
-        schedule(stage, training, training_target(SETTINGS, run, EPISODES), deadline=None, watch=killer)
+        first = training_target(SETTINGS, run, FIRST_PART)
+        schedule(stage, training, first, deadline=None, watch=killer)
         assert killer.killed_at is not None, f"no version published during the run\n{_logs(stage, run)}"
         if killer.restarted_at is None:  # every episode ended while it was down
             training.start({"learner": argv})
+        first_ended = ended.count()
+        # The restarted learner trains on what arrived while it was down, then the run goes on: the
+        # scheduler reads the log back and starts the remaining episodes, on the newest version.
+        give_up = time.monotonic() + CATCH_UP_S
+        while max(killer.published) <= killer.killed_at[1]:
+            assert time.monotonic() < give_up, f"no version after the restart\n{_logs(stage, run)}"
+            assert "learner" not in training.dead(), _logs(stage, run)
+            killer.published += [p.version for p in versions.poll()]
+            time.sleep(1.0)
+        second_from = max(killer.published)
+        first_episodes = {c.episode_id for c in _commands(kafka_bootstrap, run)}
+        schedule(stage, training, training_target(SETTINGS, run, EPISODES), deadline=None)
         ran_s = time.monotonic() - started
         total_ended = ended.count()
     finally:
@@ -231,12 +254,13 @@ def test_the_pipeline_trains_every_trajectory_once_across_a_learner_kill(
     caught_up_s = time.monotonic() - started
     print(
         f"run {run}: {EPISODES} episodes in {ran_s:.0f} s, the learner caught up after {caught_up_s:.0f} s; "
-        f"killed at {killer.killed_at} (ended, versions), restarted at {killer.restarted_at} ended"
+        f"killed at {killer.killed_at} (ended, versions), restarted at {killer.restarted_at} ended, "
+        f"second part from version {second_from}"
     )
 
     # The kill happened mid-run: after a version, with episodes still to end and ending while it was down.
     killed_ended, killed_versions = killer.killed_at
-    assert killed_versions >= 1 and killed_ended < total_ended == EPISODES
+    assert killed_versions >= 1 and killed_ended < first_ended == FIRST_PART and total_ended == EPISODES
 
     # Every completed trajectory consumed once and accounted for once.
     found = list(read_to_end(kafka_bootstrap, [completed_topic, topic_name(run, "trajectories.failed")]))
@@ -274,9 +298,13 @@ def test_the_pipeline_trains_every_trajectory_once_across_a_learner_kill(
 
     # The rollout hot-swapped: later actions were sampled by published versions.
     events = read_to_end(kafka_bootstrap, [topic_name(run, "episode.events")])
-    used = Counter(v.meta.policy_version for _t, v in events if isinstance(v, ActionProposed))
+    actions = [v for _t, v in events if isinstance(v, ActionProposed)]
+    used = Counter(a.meta.policy_version for a in actions)
     assert set(used) & set(numbers), f"actions sampled by versions {used}; published {numbers}"
     assert set(used) <= {0, *numbers}  # never a version that was not published
+    second = [a.meta.policy_version for a in actions if a.meta.episode_id not in first_episodes]
+    assert len({a.meta.episode_id for a in actions} - first_episodes) == EPISODES - FIRST_PART
+    assert min(second) >= second_from > killed_versions  # the restarted learner's versions, hot-swapped
     assert max(t.max_policy_version for t in completed) >= 1
 
     # The run's log is healthy: nothing lost, no duplicate step, every hash chain intact.
