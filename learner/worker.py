@@ -61,6 +61,7 @@ log = logging.getLogger(__name__)
 SEND_TIMEOUT_S = 60.0
 STATS_FILE = "stats.jsonl"
 RETRY_S = 1.0
+IDLE_CHECKPOINT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,7 @@ class Learner:
         self.published: PolicyPublished | None = None
         self.unannounced: PolicyPublished | None = None  # checkpointed, not yet on policy.versions
         self.activity = Activity()
+        self._saved = self.state  # the planner state the checkpoint holds (the initial one: no file needed)
 
     @property
     def adaptation_key(self) -> str:
@@ -126,6 +128,7 @@ class Learner:
         load_trainable_state(self.model, saved.trainable)
         self.optimizer.load_state_dict(saved.optimizer)
         self.state, self.published = saved.planner, saved.published
+        self._saved = self.state
         self.unannounced = saved.published
         self.announce_pending()
         return True
@@ -201,7 +204,21 @@ class Learner:
             if isinstance(decision, Dropped):
                 log.info("dropped %d stale trajectories of %s", len(decision.episode_ids), decision.group_key)
 
-    def _checkpoint(self, published: PolicyPublished) -> None:
+    def save_progress(self) -> bool:
+        """Checkpoint what the planner took in since the last checkpoint without a training step (groups
+        skipped, trajectories dropped or waiting, the offsets past them), with the current version's weights
+        and announcement. Returns whether anything was written.
+
+        Called when the learner has caught up with the topic and when it stops cleanly: a restart then does
+        not read those records again, and the checkpoint accounts for every record consumed (what an
+        operator or a test reads to see that nothing was lost). Never call it after a failed step: the
+        model may then hold an update its version does not record."""
+        if self.state is self._saved:
+            return False
+        self._checkpoint(self.published)
+        return True
+
+    def _checkpoint(self, published: PolicyPublished | None) -> None:
         saved = checkpoint.Checkpoint(
             planner=self.state,
             trainable=current_trainable_state(self.model),
@@ -210,6 +227,7 @@ class Learner:
             adaptation=self.adaptation_key,
         )
         checkpoint.save(self.settings.checkpoint_dir, saved, self.codec)
+        self._saved = self.state
 
     def _report(self, group: ReadyGroup, stats: TrainStats, counts: SampleCounts) -> None:
         line = {
@@ -335,8 +353,18 @@ class KafkaAnnouncer:
         self._producer.close()
 
 
-def run(learner: Learner, feed: Feed, clock: Clock, stopping: threading.Event, poll_ms: int = 500) -> None:
-    """Consume until `stopping` is set: each record, then a clock tick (group timeouts)."""
+def run(
+    learner: Learner,
+    feed: Feed,
+    clock: Clock,
+    stopping: threading.Event,
+    poll_ms: int = 500,
+    idle_checkpoint_s: float = IDLE_CHECKPOINT_S,
+) -> None:
+    """Consume until `stopping` is set: each record, then a clock tick (group timeouts). Progress without a
+    training step is checkpointed when a poll finds nothing new (at most every `idle_checkpoint_s`) and at
+    the end of a clean stop (`Learner.save_progress`)."""
+    last_saved = time.monotonic()
     while not stopping.is_set():
         learner.announce_pending()
         learner.train_ready()  # groups ready in the checkpoint, or held back by an unsent announcement
@@ -349,3 +377,20 @@ def run(learner: Learner, feed: Feed, clock: Clock, stopping: threading.Event, p
         for record, event in zip(records, inputs(records, learner.codec, clock), strict=True):
             learner.offer(event, record.headers)
         learner.offer(Tick(clock.now_us()))
+        if not records and time.monotonic() - last_saved >= idle_checkpoint_s:
+            last_saved = time.monotonic()
+            if learner.save_progress():
+                log.info("caught up: %s", _accounting(learner.state))
+    if learner.save_progress():
+        log.info("stopped: %s", _accounting(learner.state))
+
+
+def _accounting(state: PlannerState) -> str:
+    """One line saying where every consumed trajectory went, for the log."""
+    c = state.counters
+    return (
+        f"version {state.version}, {sum(state.offsets.values())} records consumed: {c.arrived} trajectories "
+        f"({c.trained} trained, {c.stale} stale, {c.all_equal} all-equal, {c.timeout} timed out, {c.late} "
+        f"late, {c.unusable} unusable, {state.waiting} waiting), {c.duplicate} duplicates, "
+        f"{c.unreadable} unreadable"
+    )

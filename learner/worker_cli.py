@@ -43,6 +43,9 @@ def register(workers: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     add("--prompt-encoder", choices=PROMPT_ENCODERS, default="chat", help="how prompts are rebuilt")
     add("--checkpoint-dir", type=Path, help="checkpoint folder (default: $TRIALOG_HOME/learner/RUN)")
     add("--objects", type=Path, help="object store folder shared with the rollout workers")
+    add("--idle-checkpoint-s", type=float,
+        help="when caught up, checkpoint progress made without a training step at most every S seconds "
+        "(default 10)")  # fmt: skip
     add("--device", default="auto", help="cpu, cuda, cuda:N or auto (a GPU when there is one)")
     add("--instance", default=f"{socket.gethostname()}-{os.getpid()}", help="worker name")
     telemetry_config.add_arguments(command)
@@ -109,7 +112,8 @@ def _cmd_worker_learner(args: argparse.Namespace) -> int:
     where = "resumed at version " if resumed else "starting at version "
     say(f"learner {args.instance}: {feed.topic} on {bootstrap}, {where}{learner.state.version}")
     try:
-        run(learner, feed, SystemClock(), stopping)
+        idle = {} if args.idle_checkpoint_s is None else {"idle_checkpoint_s": args.idle_checkpoint_s}
+        run(learner, feed, SystemClock(), stopping, **idle)
     finally:
         feed.close()
         announcer.close()

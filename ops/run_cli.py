@@ -147,6 +147,14 @@ class Workers:
                 )
             _say(f"started {kind} worker (pid {self.processes[kind].pid}), log {self.logs / f'{kind}.log'}")
 
+    def kill(self, kind: str) -> int:
+        """SIGKILL the `kind` worker (a crash, not a shutdown) and stop watching it; returns its exit code.
+        `start({kind: argv})` starts it again, appending to the same log."""
+        process = self.processes.pop(kind)
+        if process.poll() is None:
+            process.send_signal(signal.SIGKILL)
+        return process.wait()
+
     def dead(self) -> dict[str, int]:
         """Workers that exited already, with their exit codes."""
         return {kind: code for kind, p in self.processes.items() if (code := p.poll()) is not None}

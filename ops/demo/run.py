@@ -88,6 +88,9 @@ class Stage:
 
     def rollout_args(self, *, versions_run: str | None, pin: int | None) -> list[str]:
         args = ["--model", str(self.model), "--max-new-tokens", str(self.settings.max_new_tokens)]
+        # The learner writes the weights to this stage's object store: the rollout must read that one, not
+        # whatever store its own environment would default to.
+        args += ["--objects", str(self.paths.objects)]
         # One torch thread: beside the learner and the sandboxes, two threads spin on each other (measured
         # 24 s against 90 s for the same batch on this 2-core machine under load).
         args += ["--batch", str(self.settings.capacity), "--threads", "1"]
@@ -141,7 +144,7 @@ def evaluate(
     pin = version if versions_run is not None else None
     workers = stage.workers(run, tasks, stage.rollout_args(versions_run=versions_run, pin=pin))
     try:
-        _schedule(stage, workers, target, deadline=None)
+        schedule(stage, workers, target, deadline=None)
     finally:
         workers.stop()
     status = read_status(stage.bootstrap, run)
@@ -150,25 +153,45 @@ def evaluate(
 
 def train(stage: Stage, run: str, tasks: Sequence[Path]) -> Training:
     """Episodes on the training tasks with the learner publishing versions, for `minutes`."""
-    s = stage.settings
     started = time.monotonic()
-    stage.publish(run, tasks)
-    target = Target(
-        run_id=run, episodes=TRAINING_EPISODES, group_size=s.group_size, capacity=s.capacity, seed=s.seed,
-        max_steps=s.max_steps, round_robin=True,
-    )  # fmt: skip
-    workers = stage.workers(run, tasks, stage.rollout_args(versions_run=run, pin=None))
-    workers.start({"learner": stage.learner_command(run)})
+    workers = start_training(stage, run, tasks)
     try:
-        _schedule(stage, workers, target, deadline=started + s.minutes * 60)
+        schedule(
+            stage,
+            workers,
+            training_target(stage.settings, run),
+            deadline=started + stage.settings.minutes * 60,
+        )
     finally:
         workers.stop()
+    return training_summary(stage, run, time.monotonic() - started)
+
+
+def training_target(settings: DemoSettings, run: str, episodes: int = TRAINING_EPISODES) -> Target:
+    """The training run's episodes: `group_size` per task, tasks in turn, at most `capacity` in flight."""
+    s = settings
+    return Target(
+        run_id=run, episodes=episodes, group_size=s.group_size, capacity=s.capacity, seed=s.seed,
+        max_steps=s.max_steps, round_robin=True,
+    )  # fmt: skip
+
+
+def start_training(stage: Stage, run: str, tasks: Sequence[Path]) -> Workers:
+    """Publish the tasks and start the run's workers with the learner; the rollout hot-swaps its weights."""
+    stage.publish(run, tasks)
+    workers = stage.workers(run, tasks, stage.rollout_args(versions_run=run, pin=None))
+    workers.start({"learner": stage.learner_command(run)})
+    return workers
+
+
+def training_summary(stage: Stage, run: str, seconds: float) -> Training:
+    """What the training run did, read back from its topics."""
     status = read_status(stage.bootstrap, run)
     published = published_versions(stage.bootstrap, run)
     data = status.to_json()
     return Training(
         run=run,
-        seconds=time.monotonic() - started,
+        seconds=seconds,
         episodes_ended=data["completed"] + data["failed"],
         completed=data["completed"],
         passed=data["verdicts"].get("pass", 0),
@@ -192,8 +215,19 @@ def published_versions(bootstrap: str, run: str) -> list[tuple[int, int]]:
     return sorted(found.items())
 
 
-def _schedule(stage: Stage, workers: Workers, target: Target, *, deadline: float | None) -> None:
-    """The scheduler in a thread; progress every PROGRESS_EVERY_S; stops at the deadline or when done."""
+def schedule(
+    stage: Stage,
+    workers: Workers,
+    target: Target,
+    *,
+    deadline: float | None,
+    watch: Callable[[Workers], None] | None = None,
+) -> None:
+    """The scheduler in a thread; progress every PROGRESS_EVERY_S; stops at the deadline or when done.
+
+    `watch` is called about once a second while the run goes on (a test kills and restarts a worker there:
+    `Workers.kill` takes a process out of the watched set, so only a worker that dies by itself stops the
+    run)."""
     process = SchedulerProcess(
         SchedulerSettings(stage.bootstrap, target), Origin.system("scheduler", "demo"), say=lambda _text: None
     )
@@ -204,6 +238,8 @@ def _schedule(stage: Stage, workers: Workers, target: Target, *, deadline: float
         while thread.is_alive():
             thread.join(timeout=1.0)
             now = time.monotonic()
+            if watch is not None:
+                watch(workers)
             if dead := workers.dead():
                 raise RuntimeError(f"run {target.run_id}: workers exited {dead}; see {workers.logs}")
             if deadline is not None and now >= deadline:

@@ -10,12 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 from kafka import KafkaProducer
-from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+from transformers import AutoTokenizer
 
 from actors.rollout.llm import load_llm_policy
 from learner.model import prepare_model
+from learner.testing import tiny_chat_llama
 from ops.paths import REPO_ROOT, Paths
 from ops.topics import topic_name
 from schemas.events import ActionProposed
@@ -29,15 +29,8 @@ MAX_NEW_TOKENS = 12
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A randomly initialised 2-layer llama saved with the real SmolLM2 tokenizer (and chat template)."""
     tokenizer = AutoTokenizer.from_pretrained(str(prepare_model(Paths.from_env().cache)))
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=8192,
-        eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )  # fmt: skip
     folder = tmp_path_factory.mktemp("tiny-llm")
-    LlamaForCausalLM(config).save_pretrained(folder)
+    tiny_chat_llama(tokenizer).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
 

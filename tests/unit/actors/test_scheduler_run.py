@@ -195,3 +195,25 @@ def test_workers_stop_on_sigterm_and_are_killed_past_the_grace(tmp_path: Path) -
     codes = workers.stop(grace_s=1.0)
     assert codes == {"polite": -signal.SIGTERM, "stubborn": -signal.SIGKILL}
     assert set(workers.dead()) == {"polite", "stubborn"}
+
+
+def test_a_killed_worker_is_no_longer_watched_and_starts_again_on_the_same_log(tmp_path: Path) -> None:
+    sleeper = [sys.executable, "-c", "print('up', flush=True); import time; time.sleep(60)"]
+    log = tmp_path / "logs" / "learner.log"
+
+    def wait_for_lines(count: int) -> None:
+        give_up = time.monotonic() + 60
+        while log.read_text().count("up") < count and time.monotonic() < give_up:
+            time.sleep(0.05)
+
+    workers = Workers(tmp_path / "logs")
+    workers.start({"learner": sleeper, "other": sleeper})
+    first = workers.processes["learner"]
+    wait_for_lines(1)
+    assert workers.kill("learner") == -signal.SIGKILL and first.poll() == -signal.SIGKILL
+    assert workers.dead() == {} and "learner" not in workers.processes  # a kill is not a crash of the run
+    workers.start({"learner": sleeper})
+    wait_for_lines(2)
+    assert log.read_text().count("up") == 2  # appended, not truncated
+    assert workers.processes["learner"] is not first and workers.dead() == {}
+    assert set(workers.stop(grace_s=5.0)) == {"learner", "other"}

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from learner.publish import MemoryAnnouncer
 from learner.samples import BytesPromptEncoder
 from learner.state import PlannerConfig, Position, Unreadable
 from learner.trainer import TrainSettings
-from learner.worker import STATS_FILE, Learner, LearnerSettings, Polled, inputs
+from learner.worker import STATS_FILE, Learner, LearnerSettings, Polled, inputs, run
 from ops.telemetry import tracing
 from ops.telemetry.ids import TRACEPARENT, SpanRef, episode_root_span_id, episode_trace_id
 from ops.telemetry.otel import OtelTracer
@@ -182,3 +183,81 @@ def test_without_a_header_the_learner_span_hangs_under_the_episodes_root(tmp_pat
     assert span.parent is not None and span.parent.span_id == episode_root_span_id(episode)
     assert span.get_span_context() is not None
     assert span.get_span_context().trace_id == episode_trace_id(episode)
+
+
+def test_progress_without_a_step_is_checkpointed_and_not_read_again_after_a_restart(tmp_path: Path) -> None:
+    announcer, store = MemoryAnnouncer(), MemoryObjectStore()
+    first = make_learner(tmp_path, announcer, store)
+    assert not first.save_progress()  # nothing taken in yet: no file
+    assert checkpoint.load(tmp_path) is None
+    feed(first, "g1", [1.0, 0.0], 0)  # version 1, checkpointed by its step
+    assert not first.save_progress()  # the step's checkpoint holds this state already
+    feed(first, "g2", [0.0, 0.0], 2)  # all equal: skipped, no step
+    feed(first, "g3", [1.0], 4)  # half a group: waiting
+    assert first.save_progress()
+    weights = trainable_state(first.model)
+    second = make_learner(tmp_path, announcer, store)
+    assert second.resume()
+    assert second.state.offsets == {(TOPIC, 0): 5} and second.state.version == 1
+    assert second.state.counters.all_equal == 2 and second.state.waiting == 1
+    assert second.published == announcer.published[0]
+    assert all(torch.equal(t, trainable_state(second.model)[k]) for k, t in weights.items())
+    feed(second, "g3", [1.0, 0.0], 4)  # g3's first member read again (at-least-once): a duplicate
+    assert second.state.counters.duplicate == 1 and second.state.version == 2
+    assert [p.version for p in announcer.published] == [1, 2]
+
+
+class ListFeed:
+    """Records on the first poll, then nothing; sets `stopping` once `polls` polls came back empty."""
+
+    def __init__(self, records: list[Polled], stopping: threading.Event, polls: int) -> None:
+        self.records, self.stopping, self.polls = records, stopping, polls
+
+    def poll(self, timeout_ms: int) -> list[Polled]:
+        out, self.records = self.records, []
+        if not out:
+            self.polls -= 1
+            if self.polls <= 0:
+                self.stopping.set()
+        return out
+
+
+def _polled(group_id: str, rewards: list[float], first_offset: int) -> list[Polled]:
+    return [
+        Polled(Position(TOPIC, 0, first_offset + i), CODEC.encode(t))
+        for i, t in enumerate(testing.group(group_id, rewards))
+    ]
+
+
+def test_a_clean_stop_checkpoints_what_was_consumed_since_the_last_step(tmp_path: Path) -> None:
+    learner = make_learner(tmp_path, MemoryAnnouncer(), MemoryObjectStore())
+    stopping = threading.Event()
+    records = _polled("g1", [1.0, 0.0], 0) + _polled("g2", [0.0, 0.0], 2)
+    # An idle checkpoint only after an hour: only the clean stop writes g2's progress.
+    run(
+        learner,
+        ListFeed(records, stopping, polls=1),
+        FixedClock(),
+        stopping,
+        poll_ms=1,
+        idle_checkpoint_s=3600,
+    )
+    saved = checkpoint.load(tmp_path)
+    assert saved is not None and saved.version == 1
+    assert saved.planner.offsets == {(TOPIC, 0): 4} and saved.planner.counters.all_equal == 2
+
+
+def test_a_caught_up_learner_checkpoints_its_progress_while_it_runs(tmp_path: Path) -> None:
+    learner = make_learner(tmp_path, MemoryAnnouncer(), MemoryObjectStore())
+    stopping = threading.Event()
+    written: list[int] = []
+
+    class Watching(ListFeed):
+        def poll(self, timeout_ms: int) -> list[Polled]:
+            saved = checkpoint.load(tmp_path)
+            written.append(-1 if saved is None else sum(saved.planner.offsets.values()))
+            return super().poll(timeout_ms)
+
+    records = _polled("g2", [0.0, 0.0], 0)  # no step: only an idle checkpoint records it
+    run(learner, Watching(records, stopping, polls=2), FixedClock(), stopping, poll_ms=1, idle_checkpoint_s=0)
+    assert written == [-1, -1, 2]  # the first poll that found nothing was followed by a checkpoint

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
 
@@ -74,3 +75,16 @@ def test_defaults_and_bad_options() -> None:
     for bad in (["--capacity", "0"], ["--minutes", "0"], ["--lora-rank", "-1"]):
         with pytest.raises(ValueError, match="must be"):
             settings_from_args(_parse(*bad))
+
+
+def test_the_rollout_reads_weights_from_the_store_the_learner_writes_to(tmp_path: Path) -> None:
+    from ops.demo.run import DemoSettings, Stage
+    from ops.paths import Paths
+
+    stage = Stage(
+        Paths(tmp_path / "home", tmp_path / "cache"), "127.0.0.1:1", tmp_path / "model", DemoSettings("d")
+    )
+    rollout = stage.rollout_args(versions_run="d-train", pin=None)
+    learner = stage.learner_command("d-train")
+    objects = str(tmp_path / "home" / "objects")
+    assert rollout[rollout.index("--objects") + 1] == objects == learner[learner.index("--objects") + 1]
