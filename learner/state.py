@@ -16,6 +16,9 @@ The rules:
   at least two members with different rewards, and skipped otherwise (counted). Members that arrive for a
   group already closed are counted late and not learned from.
 - An episode seen before (a redelivered trajectory) is counted as a duplicate and ignored.
+- A training step takes the oldest ready groups, up to `groups_per_step` (`next_step`): one group when the
+  learner keeps up, several when it has a backlog (after a restart, or behind fast rollouts), which the
+  next versions would otherwise age past `max_staleness` one group at a time.
 
 The state also holds the next offset to read per partition: every record before it has been accounted
 for (trained, dropped, skipped, or held in `pending`/`ready`, which the checkpoint stores). Restarting
@@ -75,9 +78,14 @@ class Tick:
 
 @dataclass(frozen=True, slots=True)
 class Trained:
-    """The worker finished the training step on the ready group `group_key`: the policy version advances."""
+    """The worker finished one training step on the ready groups `group_keys`: the policy version advances
+    by one."""
 
-    group_key: str
+    group_keys: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if not self.group_keys or len(set(self.group_keys)) != len(self.group_keys):
+            raise ValueError(f"a step trains one or more distinct groups, not {self.group_keys!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,12 +103,15 @@ class PlannerConfig:
     group_size: int = 4
     group_timeout_s: float = 120.0
     max_staleness: int = 2
+    groups_per_step: int = 1  # the most ready groups one training step takes
 
     def __post_init__(self) -> None:
         if self.group_size < 2:
             raise ValueError(f"a group needs at least 2 members to compare rewards, not {self.group_size}")
         if self.group_timeout_s <= 0 or self.max_staleness < 0:
             raise ValueError("group timeout must be > 0 and max staleness >= 0")
+        if self.groups_per_step < 1:
+            raise ValueError(f"a step takes at least one group, not {self.groups_per_step}")
 
 
 class Why(StrEnum):
@@ -183,8 +194,8 @@ def apply(state: PlannerState, event: Input, config: PlannerConfig) -> tuple[Pla
             return dataclasses.replace(advanced, counters=advanced.counters.add(unreadable=1)), []
         case Tick(now_us=now_us):
             return _expire(state, now_us, config)
-        case Trained(group_key=key):
-            return _trained(state, key, config)
+        case Trained(group_keys=keys):
+            return _trained(state, keys, config)
         case Discarded(group_key=key):
             group = _ready_group(state, key)
             ready = tuple(g for g in state.ready if g.group_key != key)
@@ -250,13 +261,24 @@ def _ready_group(state: PlannerState, key: str) -> ReadyGroup:
     return group
 
 
-def _trained(state: PlannerState, key: str, config: PlannerConfig) -> tuple[PlannerState, list[Decision]]:
-    group = _ready_group(state, key)
-    counters = state.counters.add(trained=len(group.members), steps=1, partial_steps=int(group.partial))
+def next_step(state: PlannerState, config: PlannerConfig) -> tuple[ReadyGroup, ...]:
+    """The groups the next training step takes: the oldest ready ones, up to `groups_per_step`."""
+    return state.ready[: config.groups_per_step]
+
+
+def _trained(
+    state: PlannerState, keys: tuple[str, ...], config: PlannerConfig
+) -> tuple[PlannerState, list[Decision]]:
+    groups = [_ready_group(state, key) for key in keys]
+    counters = state.counters.add(
+        trained=sum(len(g.members) for g in groups),
+        steps=1,
+        partial_steps=int(any(g.partial for g in groups)),
+    )
     state = dataclasses.replace(
         state,
         version=state.version + 1,
-        ready=tuple(g for g in state.ready if g.group_key != key),
+        ready=tuple(g for g in state.ready if g.group_key not in keys),
         counters=counters,
     )
     return _drop_stale_pending(state, config)

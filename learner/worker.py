@@ -19,7 +19,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
@@ -46,7 +46,9 @@ from learner.state import (
     Trained,
     Unreadable,
     apply,
+    next_step,
 )
+from learner.step import Sample
 from learner.trainer import TrainSettings, TrainStats, train_step
 from ops.telemetry import metrics, tracing
 from ops.telemetry.ids import Headers
@@ -147,8 +149,10 @@ class Learner:
         self.unannounced = None
 
     def offer(self, event: Input, headers: Headers = None) -> list[Decision]:
-        """Feed one input to the planner and carry out what it decides. A trajectory's arrival is traced
-        as a span of its episode, under the span named by its record's `headers` (the owner's)."""
+        """Feed one input to the planner (groups it makes ready wait for `train_ready`, so that a poll's
+        records are all taken in before a step: a backlog then trains `groups_per_step` groups at a time).
+        A trajectory's arrival is traced as a span of its episode, under the span named by its record's
+        `headers` (the owner's)."""
         if isinstance(event, Arrival):
             with self._consumed(event, headers):
                 self.state, decisions = apply(self.state, event, self.settings.planner)
@@ -158,7 +162,6 @@ class Learner:
             if isinstance(decision, Dropped):
                 log.info("dropped %d trajectories of %s: %s", len(decision.episode_ids), decision.group_key,
                          decision.why.value)  # fmt: skip
-        self.train_ready()
         return decisions
 
     @contextlib.contextmanager
@@ -178,28 +181,40 @@ class Learner:
         # A version is announced before the next is trained: the checkpoint holds one announcement, so
         # training on past an unannounced version could leave a gap in policy.versions after a crash.
         while self.state.ready and self.unannounced is None:
-            self._train(self.state.ready[0])
+            self._train(next_step(self.state, self.settings.planner))
 
-    def _train(self, group: ReadyGroup) -> None:
+    def _train(self, step: tuple[ReadyGroup, ...]) -> None:
+        """One training step on the groups `step` (one new version); a group without a usable sample is
+        discarded first (no step at all when none has one)."""
         started = time.monotonic()
-        trajectories = [m.trajectory for m in group.members]
-        samples, counts = group_samples(trajectories, group.advantages, self.encoder)
-        self.activity.samples += counts
-        if not samples:
-            log.warning("group %s has no usable sample (%s); not trained", group.group_key, counts)
-            self.state, _ = apply(self.state, Discarded(group.group_key), self.settings.planner)
+        groups: list[ReadyGroup] = []
+        samples: list[Sample] = []
+        counts = SampleCounts()
+        for group in step:
+            trajectories = [m.trajectory for m in group.members]
+            usable, group_counts = group_samples(trajectories, group.advantages, self.encoder)
+            self.activity.samples += group_counts
+            if not usable:
+                log.warning("group %s has no usable sample (%s); not trained", group.group_key, group_counts)
+                self.state, _ = apply(self.state, Discarded(group.group_key), self.settings.planner)
+                continue
+            groups.append(group)
+            samples.extend(usable)
+            counts += group_counts
+        if not groups:
             return
         stats = train_step(self.model, self.optimizer, samples, self.settings.train)
         version = self.state.version + 1
         published = store_weights(self.store, merged_weights(self.model), origin=self.origin,
                                   run_id=self.settings.run_id, version=version,
-                                  trajectories=len(trajectories))  # fmt: skip
-        self.state, decisions = apply(self.state, Trained(group.group_key), self.settings.planner)
+                                  trajectories=sum(len(g.members) for g in groups))  # fmt: skip
+        keys = tuple(g.group_key for g in groups)
+        self.state, decisions = apply(self.state, Trained(keys), self.settings.planner)
         self._checkpoint(published)
         self.published = self.unannounced = published
         self.announce_pending()
         self.activity.busy_s += time.monotonic() - started
-        self._report(group, stats, counts)
+        self._report(groups, stats, counts)
         for decision in decisions:
             if isinstance(decision, Dropped):
                 log.info("dropped %d stale trajectories of %s", len(decision.episode_ids), decision.group_key)
@@ -229,14 +244,19 @@ class Learner:
         checkpoint.save(self.settings.checkpoint_dir, saved, self.codec)
         self._saved = self.state
 
-    def _report(self, group: ReadyGroup, stats: TrainStats, counts: SampleCounts) -> None:
+    def _report(self, groups: Sequence[ReadyGroup], stats: TrainStats, counts: SampleCounts) -> None:
+        """One line of `STATS_FILE` per version: its groups (rewards and staleness per group), the step's
+        statistics and the counters after it."""
+        members = [m for g in groups for m in g.members]
         line = {
             "version": self.state.version,
-            "group": group.group_key,
-            "trajectories": len(group.members),
-            "partial": group.partial,
-            "rewards": [m.trajectory.reward for m in group.members],
-            "staleness": [self.state.version - 1 - m.trajectory.min_policy_version for m in group.members],
+            "groups": [g.group_key for g in groups],
+            "trajectories": len(members),
+            "partial": [g.partial for g in groups],
+            "rewards": [[m.trajectory.reward for m in g.members] for g in groups],
+            "staleness": [
+                [self.state.version - 1 - m.trajectory.min_policy_version for m in g.members] for g in groups
+            ],
             "train": asdict(stats),
             "samples": asdict(counts),
             "counters": asdict(self.state.counters),
@@ -246,7 +266,8 @@ class Learner:
             out.write(json.dumps(line) + "\n")
         log.info(
             "version %d: %d trajectories of %s, loss %.4f, ratio %.3f, %d samples, %.2f s",
-            self.state.version, len(group.members), group.group_key, stats.loss, stats.ratio_mean,
+            self.state.version, len(members), ", ".join(g.group_key for g in groups), stats.loss,
+            stats.ratio_mean,
             stats.samples, stats.seconds,
         )  # fmt: skip
 
@@ -361,9 +382,10 @@ def run(
     poll_ms: int = 500,
     idle_checkpoint_s: float = IDLE_CHECKPOINT_S,
 ) -> None:
-    """Consume until `stopping` is set: each record, then a clock tick (group timeouts). Progress without a
-    training step is checkpointed when a poll finds nothing new (at most every `idle_checkpoint_s`) and at
-    the end of a clean stop (`Learner.save_progress`)."""
+    """Consume until `stopping` is set: each record of a poll, then a clock tick (group timeouts), then the
+    training steps on what is ready. Progress without a training step is checkpointed when a poll finds
+    nothing new (at most every `idle_checkpoint_s`) and at the end of a clean stop
+    (`Learner.save_progress`)."""
     last_saved = time.monotonic()
     while not stopping.is_set():
         learner.announce_pending()
@@ -377,6 +399,7 @@ def run(
         for record, event in zip(records, inputs(records, learner.codec, clock), strict=True):
             learner.offer(event, record.headers)
         learner.offer(Tick(clock.now_us()))
+        learner.train_ready()
         if not records and time.monotonic() - last_saved >= idle_checkpoint_s:
             last_saved = time.monotonic()
             if learner.save_progress():

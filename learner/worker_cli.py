@@ -33,6 +33,9 @@ def register(workers: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     add("--group-size", type=int, default=4, help="trajectories per group (the run's group size)")
     add("--group-timeout-s", type=float, default=120.0, help="train or skip an incomplete group after this")
     add("--max-staleness", type=int, default=2, help="drop trajectories more versions old than this")
+    add("--groups-per-step", type=int, default=4,
+        help="the most ready groups one training step takes: one when the learner keeps up, more when it has "
+        "a backlog, which would otherwise go stale one version at a time (default 4)")  # fmt: skip
     add("--lora-rank", type=int, default=DEFAULT_RANK, help="LoRA rank; 0 trains every parameter")
     add("--lora-alpha", type=float, default=16.0, help="LoRA scale numerator (alpha / rank)")
     add("--lora-targets", default=",".join(DEFAULT_TARGETS), help="comma-separated linear layer names")
@@ -83,7 +86,9 @@ def _cmd_worker_learner(args: argparse.Namespace) -> int:
         settings = LearnerSettings(
             run_id=args.run,
             checkpoint_dir=args.checkpoint_dir or paths.home / "learner" / (args.run or "default"),
-            planner=PlannerConfig(args.group_size, args.group_timeout_s, args.max_staleness),
+            planner=PlannerConfig(
+                args.group_size, args.group_timeout_s, args.max_staleness, args.groups_per_step
+            ),
             train=TrainSettings(micro_batch=args.micro_batch, temperature=args.temperature),
             adaptation=Adaptation(args.lora_rank, args.lora_alpha, tuple(args.lora_targets.split(","))),
             lr=args.lr,

@@ -67,6 +67,7 @@ def learner(
     argv = [sys.executable, "-m", "learner.worker_cli", "learner", "--run", run,
             "--bootstrap", kafka_bootstrap, "--model", str(tiny_model_dir),
             "--group-size", str(GROUP_SIZE), "--max-staleness", "1000",
+            "--groups-per-step", "1",  # one version per group: the kills fall between known versions
             "--lora-rank", "4", "--lr", "1e-2", "--threads", "1", "--prompt-encoder", "bytes",
             "--checkpoint-dir", str(tmp_path / "ckpt"), "--objects", str(tmp_path / "objects")]  # fmt: skip
     process = LearnerProcess(argv, tmp_path / "learner.log")

@@ -290,7 +290,7 @@ def test_the_pipeline_trains_every_trajectory_once_across_a_learner_kill(
     store = LocalObjectStore(stage.paths.objects)
     assert all(store.contains(p.weights.sha256) for p in published)
     stats = [json.loads(line) for line in (folder / "stats.jsonl").read_text().splitlines()]
-    trained_groups = [line["group"] for line in stats]
+    trained_groups = [group for line in stats for group in line["groups"]]
     assert len(set(trained_groups)) == len(trained_groups)  # no group trained twice, across the kill
     assert {line["version"] for line in stats} <= set(numbers)
     learner_log = (stage.paths.component("runs") / run / "logs" / "learner.log").read_text()

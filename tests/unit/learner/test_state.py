@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import pytest
+
 from learner import testing
 from learner.state import (
     Arrival,
@@ -14,6 +16,7 @@ from learner.state import (
     Unreadable,
     Why,
     apply,
+    next_step,
 )
 from schemas.trajectories import TrajectoryCompleted
 
@@ -62,7 +65,7 @@ def test_training_a_ready_group_advances_the_version_and_counts_its_trajectories
     feeder = Feeder()
     for member in testing.group("g1", [1.0, 0.0, 0.5]):
         feeder.arrive(member)
-    feeder.feed(Trained("g1"))
+    feeder.feed(Trained(("g1",)))
     assert feeder.state.version == 1
     assert feeder.state.ready == ()
     assert feeder.state.counters.trained == 3
@@ -97,11 +100,11 @@ def test_a_new_version_drops_waiting_members_that_became_too_old() -> None:
     feeder.arrive(waiting)
     for member in testing.group("g1", [1.0, 0.0, 0.0], policy_version=0):
         feeder.arrive(member)
-    feeder.feed(Trained("g1"))  # version 1: a version-0 trajectory is 1 version old, still allowed
+    feeder.feed(Trained(("g1",)))  # version 1: a version-0 trajectory is 1 version old, still allowed
     assert "slow" in feeder.state.pending
     for member in testing.group("g2", [1.0, 0.0, 0.0], policy_version=1):
         feeder.arrive(member)
-    dropped = feeder.feed(Trained("g2"))  # version 2: now 2 versions old
+    dropped = feeder.feed(Trained(("g2",)))  # version 2: now 2 versions old
     assert dropped == [Dropped(("old",), Why.STALE, "slow")]
     assert "slow" not in feeder.state.pending
     assert feeder.state.counters.stale == 1
@@ -117,7 +120,7 @@ def test_an_incomplete_group_with_different_rewards_is_trained_at_its_timeout() 
     assert isinstance(ready, Ready)
     assert ready.group.partial
     assert len(ready.group.members) == 2
-    feeder.feed(Trained("g1"))
+    feeder.feed(Trained(("g1",)))
     assert feeder.state.counters.partial_steps == 1
 
 
@@ -177,3 +180,30 @@ def test_the_planner_is_pure() -> None:
     second = apply(before, event, CONFIG)
     assert first == second
     assert before == PlannerState()
+
+
+def test_one_step_on_several_ready_groups_advances_the_version_once() -> None:
+    config = PlannerConfig(group_size=2, group_timeout_s=10.0, max_staleness=1, groups_per_step=2)
+    feeder = Feeder(config)
+    for key in ("g1", "g2", "g3"):
+        for member in testing.group(key, [1.0, 0.0]):
+            feeder.arrive(member)
+    step = next_step(feeder.state, config)
+    assert [g.group_key for g in step] == ["g1", "g2"]  # the oldest, up to groups_per_step
+    feeder.feed(Trained(("g1", "g2")))
+    assert feeder.state.version == 1
+    assert [g.group_key for g in feeder.state.ready] == ["g3"]
+    assert (feeder.state.counters.trained, feeder.state.counters.steps) == (4, 1)
+    assert [g.group_key for g in next_step(feeder.state, config)] == ["g3"]
+
+
+def test_a_step_names_distinct_ready_groups() -> None:
+    with pytest.raises(ValueError):
+        Trained(())
+    with pytest.raises(ValueError):
+        Trained(("g1", "g1"))
+    with pytest.raises(ValueError):
+        PlannerConfig(groups_per_step=0)
+    feeder = Feeder()
+    with pytest.raises(ValueError, match="not ready"):
+        feeder.feed(Trained(("nope",)))

@@ -39,11 +39,15 @@ class CrashingAnnouncer(MemoryAnnouncer):
         raise Crash("killed between the checkpoint and the announcement")
 
 
-def make_learner(folder: Path, announcer: MemoryAnnouncer, store: MemoryObjectStore) -> Learner:
+def make_learner(
+    folder: Path, announcer: MemoryAnnouncer, store: MemoryObjectStore, groups_per_step: int = 1
+) -> Learner:
     settings = LearnerSettings(
         run_id="run-test",
         checkpoint_dir=folder,
-        planner=PlannerConfig(group_size=2, group_timeout_s=60, max_staleness=4),
+        planner=PlannerConfig(
+            group_size=2, group_timeout_s=60, max_staleness=4, groups_per_step=groups_per_step
+        ),
         train=TrainSettings(micro_batch=2),
         adaptation=Adaptation(rank=4),
         lr=1e-2,
@@ -60,6 +64,7 @@ def feed(learner: Learner, group_id: str, rewards: list[float], first_offset: in
     ]
     for event in inputs(records, CODEC, FixedClock()):
         learner.offer(event)
+    learner.train_ready()
 
 
 def test_a_ready_group_is_trained_stored_checkpointed_and_announced(tmp_path: Path) -> None:
@@ -79,6 +84,26 @@ def test_a_ready_group_is_trained_stored_checkpointed_and_announced(tmp_path: Pa
     report = json.loads(line)
     assert report["version"] == 1 and report["trajectories"] == 2
     assert report["counters"]["trained"] == 2
+
+
+def test_a_backlog_of_ready_groups_is_trained_in_steps_of_up_to_groups_per_step(tmp_path: Path) -> None:
+    """What a restarted learner finds in its checkpoint, or one behind fast rollouts: several ready groups."""
+    announcer, store = MemoryAnnouncer(), MemoryObjectStore()
+    learner = make_learner(tmp_path, announcer, store, groups_per_step=2)
+    records = [
+        (Position(TOPIC, 0, offset), CODEC.encode(t))
+        for offset, t in enumerate(t for g in ("g1", "g2", "g3") for t in testing.group(g, [1.0, 0.0]))
+    ]
+    for event in inputs(records, CODEC, FixedClock()):  # one poll's records: taken in before any step
+        learner.offer(event)
+    assert [g.group_key for g in learner.state.ready] == ["g1", "g2", "g3"]
+    learner.train_ready()
+    assert [(p.version, p.trajectories) for p in announcer.published] == [(1, 4), (2, 2)]
+    lines = [json.loads(line) for line in (tmp_path / STATS_FILE).read_text().splitlines()]
+    assert [line["groups"] for line in lines] == [["g1", "g2"], ["g3"]]
+    assert [line["rewards"] for line in lines] == [[[1.0, 0.0], [1.0, 0.0]], [[1.0, 0.0]]]
+    assert learner.state.counters.trained == 6 and learner.state.counters.steps == 2
+    assert learner.state.ready == ()
 
 
 def test_a_restarted_learner_resumes_from_its_checkpoint(tmp_path: Path) -> None:
