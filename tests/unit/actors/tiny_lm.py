@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import PreTrainedTokenizerFast
+
+from learner.testing import tiny_chat_llama
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 CHAT_TEMPLATE = (
@@ -49,18 +50,6 @@ def _bytes_to_unicode() -> dict[str, int]:
 _BYTES = _bytes_to_unicode()
 
 
-def tiny_llama(vocab_size: int = 258, eos: int = 257, seed: int = 0) -> LlamaForCausalLM:
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=vocab_size,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=8192,
-        eos_token_id=eos,
-        bos_token_id=eos,
-        pad_token_id=eos,
-    )
-    return LlamaForCausalLM(config).eval()
+def tiny_llama(seed: int = 0) -> Any:
+    """A randomly initialised llama on `byte_tokenizer`'s vocabulary (`learner.testing.tiny_chat_llama`)."""
+    return tiny_chat_llama(byte_tokenizer(), seed=seed).eval()
