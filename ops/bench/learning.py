@@ -264,6 +264,7 @@ def run(args: argparse.Namespace) -> int:
                 for i in range(args.group)
             ]
             replies = _samples(policy, requests)  # every group of the step in one batched generation
+            sampled = time.monotonic()
             outcomes = [
                 grader.reward(tasks[row // args.group], reply.action) for row, reply in enumerate(replies)
             ]
@@ -275,6 +276,7 @@ def run(args: argparse.Namespace) -> int:
                 for first in range(0, len(requests), args.group)
             ]  # fmt: skip
             samples, trained = group_samples(groups)
+            graded_at = time.monotonic()
             stats = train_epochs(model, optimizer, samples, args.epochs, settings)
             result = StepResult(
                 step, tuple(task.id for task in tasks), tuple(rewards), sum(r >= 1.0 for r in rewards),
@@ -285,7 +287,8 @@ def run(args: argparse.Namespace) -> int:
             _say(
                 f"step {step + 1}/{args.steps} {' '.join(result.tasks)}: passed {result.passed}/"
                 f"{len(rewards)}, wrote a file {result.wrote_file}/{len(rewards)}, trained on {trained} of "
-                f"{len(tasks)} groups{clip} [{result.seconds:.0f} s]"
+                f"{len(tasks)} groups{clip} [{result.seconds:.0f} s: sampling {sampled - began:.0f}, grading "
+                f"{graded_at - sampled:.0f}, training {began + result.seconds - graded_at:.0f}]"
             )
         after = evaluate(policy, grader, heldout, args)
         _say(f"held-out pass rate after: {after}")
