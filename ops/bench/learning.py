@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import hashlib
+import math
 import os
 import statistics
 import sys
@@ -181,8 +182,15 @@ def _samples(policy: Any, requests: Sequence[Any]) -> list[Any]:
 
 @dataclass(frozen=True)
 class Evaluation:
-    passed: int
-    total: int
+    outcomes: tuple[bool, ...]  # passed or not, per (task, seed), in a fixed order
+
+    @property
+    def passed(self) -> int:
+        return sum(self.outcomes)
+
+    @property
+    def total(self) -> int:
+        return len(self.outcomes)
 
     @property
     def rate(self) -> float:
@@ -190,6 +198,27 @@ class Evaluation:
 
     def __str__(self) -> str:
         return f"{self.rate:.0%} ({self.passed}/{self.total})"
+
+
+@dataclass(frozen=True)
+class Paired:
+    """Before and after on the same (task, seed) pairs: how many changed each way, and the two-sided exact
+    sign test of those changes (the chance of a split at least this uneven if training changed nothing)."""
+
+    gained: int  # failed before, passed after
+    lost: int  # passed before, failed after
+    p_value: float
+
+    @classmethod
+    def of(cls, before: Evaluation, after: Evaluation) -> Paired:
+        if before.total != after.total:
+            raise ValueError("before and after must evaluate the same samples")
+        pairs = list(zip(before.outcomes, after.outcomes, strict=True))
+        gained = sum(not b and a for b, a in pairs)
+        lost = sum(b and not a for b, a in pairs)
+        changed = gained + lost
+        tail = sum(math.comb(changed, k) for k in range(min(gained, lost) + 1)) / 2**changed
+        return cls(gained, lost, min(1.0, 2 * tail) if changed else 1.0)
 
 
 def evaluate(policy: Any, grader: Grader, tasks: Sequence[Any], args: argparse.Namespace) -> Evaluation:
@@ -201,11 +230,11 @@ def evaluate(policy: Any, grader: Grader, tasks: Sequence[Any], args: argparse.N
         for task in tasks
         for i in range(args.eval_per_task)
     ]
-    passed = 0
-    for row, sample in enumerate(_samples(policy, requests)):
-        reward, _wrote = grader.reward(tasks[row // args.eval_per_task], sample.action)
-        passed += reward >= 1.0
-    return Evaluation(passed, len(requests))
+    outcomes = [
+        grader.reward(tasks[row // args.eval_per_task], sample.action)[0] >= 1.0
+        for row, sample in enumerate(_samples(policy, requests))
+    ]
+    return Evaluation(tuple(outcomes))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -324,6 +353,7 @@ def render(
     groups = sum(len(r.tasks) for r in curve)
     trained = sum(r.trained_groups for r in curve)
     step_s = statistics.fmean(r.seconds for r in curve) if curve else 0.0
+    paired = Paired.of(before, after)
     rows = "\n".join(
         f"| {r.step + 1} | {' '.join(r.tasks)} | {r.passed}/{len(r.rewards)} | "
         f"{r.wrote_file}/{len(r.rewards)} | {statistics.fmean(r.rewards):.2f} | "
@@ -347,7 +377,9 @@ SmolLM2-135M-Instruct on the first turn of {args.variant} toy tasks ("make NAME(
 trained on.
 
 - training pass rate, first half of the steps: {_share(*first)}; second half: {_share(*second)}
-- held-out pass rate ({args.eval_per_task} fixed seeds per task): before {before}, after {after}
+- held-out pass rate ({args.eval_per_task} fixed seeds per task): before {before}, after {after}; \
+same task and seed: {paired.gained} failed before and passed after, {paired.lost} the other way \
+(two-sided sign test p = {paired.p_value:.2g})
 - groups with different rewards (trained on): {trained} of {groups}
 {note}
 | step | tasks | passed | wrote a file | mean reward | groups trained | seconds |

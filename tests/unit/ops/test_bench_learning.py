@@ -14,6 +14,7 @@ from learner.testing import tiny_llama
 from learner.trainer import TrainSettings
 from ops.bench.learning import (
     Evaluation,
+    Paired,
     StepResult,
     _targets,
     add_arguments,
@@ -122,13 +123,25 @@ def test_evaluation_samples_every_task_in_one_batch_with_fixed_seeds() -> None:
     policy = FakePolicy()
     tasks = [FakeTask("t1", FakeSpec("do 1")), FakeTask("t2", FakeSpec("do 2"))]
     result = evaluate(policy, FakeGrader(), tasks, args("--eval-per-task", "3"))  # type: ignore[arg-type]
-    assert result == Evaluation(2, 6) and str(result) == "33% (2/6)"
+    assert result.outcomes == (True, False, True, False, False, False) and str(result) == "33% (2/6)"
     (batch,) = policy.batches
     assert [r.sampling.seed for r in batch] == [1000, 1001, 1002] * 2
     assert [r.instruction for r in batch] == ["do 1"] * 3 + ["do 2"] * 3
     again = FakePolicy()
     evaluate(again, FakeGrader(), tasks, args("--eval-per-task", "3"))  # type: ignore[arg-type]
     assert [r.meta.episode_id for r in again.batches[0]] == [r.meta.episode_id for r in batch]
+
+
+def test_the_paired_comparison_counts_changes_each_way_with_an_exact_sign_test() -> None:
+    before = Evaluation((True, True, False, False, False, False, False, False, False, False))
+    after = Evaluation((True, False, True, True, True, True, True, True, True, True))
+    paired = Paired.of(before, after)
+    assert (paired.gained, paired.lost) == (8, 1)
+    assert paired.p_value == pytest.approx(2 * 10 / 512)  # P(at most 1 of 9 changes one way), both tails
+    assert Paired.of(before, before).p_value == 1.0
+    assert Paired.of(Evaluation((False,)), Evaluation((True,))).p_value == 1.0  # one change proves nothing
+    with pytest.raises(ValueError, match="same samples"):
+        Paired.of(before, Evaluation((True,)))
 
 
 def test_lora_targets_are_a_comma_separated_list() -> None:
@@ -146,11 +159,17 @@ def test_the_section_shows_the_settings_the_curve_and_the_reading(tmp_path: Path
         StepResult(0, ("toys-000", "toys-001"), (1.0, -0.2, -0.2, -0.2), 1, 3, 1, 12.0),
         StepResult(1, ("toys-002", "toys-004"), (1.0, 1.0, 1.0, -0.2), 3, 4, 2, 14.0),
     ]
-    text = render(options, curve, Evaluation(3, 16), Evaluation(9, 16), 120.0, ["toys-003"])
+    before = Evaluation((True,) * 3 + (False,) * 13)
+    after = Evaluation((True, False, True) + (True,) * 7 + (False,) * 6)
+    text = render(options, curve, before, after, 120.0, ["toys-003"])
     assert text.startswith("## learning\n")
     assert "--variant shown --steps 2 --tasks-per-step 2" in text and "--epochs 3" in text
     assert "first half of the steps: 25% (1/4); second half: 75% (3/4)" in text
-    assert "before 19% (3/16), after 56% (9/16)" in text
+    assert (
+        "before 19% (3/16), after 56% (9/16); same task and seed: 7 failed before and passed after, 1 "
+        in text
+    )
+    assert "(two-sided sign test p = 0.07)" in text
     assert "(trained on): 3 of 4" in text
     assert "- reading: small\n" in text
     assert "| 2 | toys-002 toys-004 | 3/4 | 4/4 | 0.70 | 2/2 | 14 |" in text
