@@ -5,9 +5,10 @@ given). It is verifiable by one frozen test, small enough for a 135M-parameter m
 and fail often, which is what a learning signal needs: groups of attempts with different rewards.
 
 Two variants of the same family (`Variant`):
-- `blind` (ids `toy-NNN`): the instruction names the function, the file and N only. Measured with SmolLM2 at
-  temperature 0.7: about 1 pass in 24 replies (2 of 48 on toy-000..005), mostly because the model invents
-  the function's name (`count_31()`) or copies the system prompt's example (`add(a, b)`).
+- `blind` (ids `toy-NNN`): the instruction names the function, the file and N only. Measured with SmolLM2
+  at temperature 0.7: 2 of 48 replies pass on toy-000..005 (8-12% in `trialog bench learning` runs),
+  mostly because the model invents the function's name (`count_31()`) or copies the system prompt's
+  example (`add(a, b)`).
 - `shown` (ids `toys-NNN`): the instruction also shows the file as given, as an agent would see it after
   reading it. Measured the same way: 22 of 48 (46%) pass, the rest ramble in prose or return something
   else: a pass rate in the middle, where groups of replies differ most and GRPO has the most to learn from.

@@ -31,11 +31,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from learner.lora import DEFAULT_TARGETS
 from ops.bench.report import cpu_model, memory_gib, write_section
 from ops.paths import REPO_ROOT, Paths
 
 SECTION = "## learning"
+LORA_TARGETS = "q_proj,k_proj,v_proj,o_proj"  # every attention projection
 
 
 @dataclass(frozen=True)
@@ -92,26 +92,32 @@ def train_epochs(model: Any, optimizer: Any, samples: Sequence[Any], epochs: int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--steps", type=int, default=16, help="GRPO steps (default 16)")
+    # The defaults are the settings of the run recorded in BENCHMARKS.md (the one that showed learning);
+    # the earlier defaults, which showed none, were --variant blind --steps 16 --tasks-per-step 1 --tasks 8
+    # --eval-per-task 8 --lr 2e-4 --epochs 1 --lora-targets q_proj,v_proj.
+    parser.add_argument("--steps", type=int, default=12, help="GRPO steps (default 12)")
     parser.add_argument(
         "--variant",
         choices=["blind", "shown"],
-        default="blind",
-        help="toy variant (actors.tasks.toy): blind names the function only, shown also shows the file",
+        default="shown",
+        help="toy variant (actors.tasks.toy): blind names the function only, shown (the default) also "
+        "shows the file",
     )
-    parser.add_argument("--tasks-per-step", type=int, default=1, help="groups per step (default 1)")
+    parser.add_argument("--tasks-per-step", type=int, default=2, help="groups per step (default 2)")
     parser.add_argument(
-        "--epochs", type=int, default=1, help="PPO passes over each step's samples (default 1)"
+        "--epochs", type=int, default=2, help="PPO passes over each step's samples (default 2)"
     )
     parser.add_argument(
         "--lora-targets",
-        default=",".join(DEFAULT_TARGETS),
-        help=f"comma-separated linear layers LoRA adapts (default {','.join(DEFAULT_TARGETS)})",
+        default=LORA_TARGETS,
+        help=f"comma-separated linear layers LoRA adapts (default {LORA_TARGETS})",
     )
-    parser.add_argument("--group", type=int, default=8, help="replies per step (default 8)")
-    parser.add_argument("--tasks", type=int, default=8, help="toy tasks, a quarter held out (default 8)")
-    parser.add_argument("--eval-per-task", type=int, default=8, help="held-out samples per task (default 8)")
-    parser.add_argument("--lr", type=float, default=2e-4, help="AdamW learning rate (default 2e-4)")
+    parser.add_argument("--group", type=int, default=8, help="replies per task and step (default 8)")
+    parser.add_argument("--tasks", type=int, default=16, help="toy tasks, a quarter held out (default 16)")
+    parser.add_argument(
+        "--eval-per-task", type=int, default=16, help="held-out samples per task (default 16)"
+    )
+    parser.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate (default 1e-3)")
     parser.add_argument("--lora-rank", type=int, default=8, help="LoRA rank, 0 for every weight (default 8)")
     parser.add_argument("--max-new-tokens", type=int, default=48, help="tokens per reply (default 48)")
     parser.add_argument(
@@ -120,7 +126,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=0.7,
         help="sampling temperature, also the learner's (default 0.7)",
     )
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads, 0 for torch's choice (default 1: on 2 shared "
+        "cores one thread is faster than two spinning on each other)",
+    )
     parser.add_argument(
         "--output",
         type=Path,

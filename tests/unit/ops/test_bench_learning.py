@@ -146,7 +146,7 @@ def test_the_paired_comparison_counts_changes_each_way_with_an_exact_sign_test()
 
 def test_lora_targets_are_a_comma_separated_list() -> None:
     assert _targets("q_proj, v_proj,,o_proj") == ("q_proj", "v_proj", "o_proj")
-    assert args().lora_targets == "q_proj,v_proj"
+    assert args().lora_targets == "q_proj,k_proj,v_proj,o_proj"
     with pytest.raises(ValueError, match="no layer"):
         _targets(" , ")
 
