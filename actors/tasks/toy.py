@@ -11,8 +11,9 @@ Two variants of the same family (`Variant`):
   example (`add(a, b)`).
 - `shown` (ids `toys-NNN`): the instruction also shows the file as given, as an agent would see it after
   reading it. Measured the same way: 22 of 48 (46%) pass, the rest ramble in prose or return something
-  else: a pass rate in the middle, where groups of replies differ most and GRPO has the most to learn from.
-The frozen test, the repo and the solution are the same in both; only the instruction differs.
+  else: a pass rate in the middle, where groups of replies differ most.
+The frozen test, the repo and the solution are the same in both; only the instruction differs. With the
+settings of `trialog bench learning`, SmolLM2 learns both within a dozen GRPO steps (BENCHMARKS.md).
 
 The family is deterministic: task i has the function name NAMES[i % len(NAMES)] and N = 3 + 7 * i, so two
 imports with the same arguments write byte-identical folders (same task versions). Every `holdout_every`-th
