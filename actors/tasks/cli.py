@@ -15,6 +15,7 @@ from actors.tasks.decontaminate import DEFAULT_MAX_COMMON, DEFAULT_N, Report, de
 from actors.tasks.grading_cli import add_validate, register_verify
 from actors.tasks.humaneval import PACKAGE, HumanEvalError, import_humaneval
 from actors.tasks.spec import TaskError, load_tasks
+from actors.tasks.toy import Variant
 
 EXIT_OK, EXIT_FOUND, EXIT_ERROR = 0, 1, 2
 
@@ -56,6 +57,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=4,
         metavar="K",
         help="every K-th task is held out for evaluation (default 4; 0 holds none out)",
+    )
+    toy.add_argument(
+        "--variant",
+        choices=[v.value for v in Variant],
+        default=Variant.BLIND.value,
+        help="blind: the instruction names NAME, the file and N (toy-NNN, the default); shown: it also "
+        "shows the file as given (toys-NNN)",
     )
     toy.set_defaults(handler=_cmd_import_toy)
 
@@ -110,7 +118,9 @@ def _cmd_import_toy(args: argparse.Namespace) -> int:
     from actors.tasks.toy import import_toy
 
     try:
-        split = import_toy(args.out_dir, count=args.count, holdout_every=args.holdout_every)
+        split = import_toy(
+            args.out_dir, count=args.count, holdout_every=args.holdout_every, variant=Variant(args.variant)
+        )
     except (ValueError, OSError) as exc:
         return _fail("import toy", exc)
     print(

@@ -33,6 +33,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     demo = subparsers.add_parser("demo", help=text, description=__doc__)
     demo.add_argument("--minutes", type=float, default=10.0, help="training time budget (default 10)")
     demo.add_argument("--toy-count", type=int, default=16, help="toy tasks, a quarter held out (default 16)")
+    demo.add_argument(
+        "--toy-variant",
+        choices=["blind", "shown"],
+        default="blind",
+        help="toy tasks (actors/tasks/toy.py): blind names the function only (default); shown also shows "
+        "the file, where SmolLM2 passes about half the time (see BENCHMARKS.md, learning)",
+    )
     demo.add_argument("--group-size", type=int, default=8, help="episodes per task per group (default 8)")
     demo.add_argument("--capacity", type=int, default=8, help="episodes in flight at once (default 8)")
     demo.add_argument(
@@ -68,6 +75,7 @@ def settings_from_args(args: argparse.Namespace) -> DemoSettings:
         name=args.name or f"demo-{uuid.uuid4().hex[:6]}",
         minutes=args.minutes,
         toy_count=args.toy_count,
+        toy_variant=args.toy_variant,
         group_size=args.group_size,
         capacity=args.capacity,
         eval_per_task=args.eval_per_task,

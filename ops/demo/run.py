@@ -38,6 +38,7 @@ class DemoSettings:
     name: str
     minutes: float = 10.0
     toy_count: int = 16
+    toy_variant: str = "blind"  # actors.tasks.toy.Variant
     holdout_every: int = 4
     group_size: int = 8
     capacity: int = 8
@@ -66,9 +67,14 @@ def _say(text: str) -> None:
 def assemble_tasks(folder: Path, settings: DemoSettings) -> TaskSets:
     """Toy tasks (train / held-out), one example task on each side, one HumanEval task for training."""
     from actors.tasks.humaneval import import_humaneval
-    from actors.tasks.toy import import_toy
+    from actors.tasks.toy import Variant, import_toy
 
-    toy = import_toy(folder / "toy", count=settings.toy_count, holdout_every=settings.holdout_every)
+    toy = import_toy(
+        folder / "toy",
+        count=settings.toy_count,
+        holdout_every=settings.holdout_every,
+        variant=Variant(settings.toy_variant),
+    )
     import_humaneval(folder / "humaneval")
     return TaskSets(
         train=[*toy.train, EXAMPLES / TRAIN_EXAMPLE, folder / "humaneval" / TRAIN_HUMANEVAL],

@@ -72,6 +72,8 @@ def test_defaults_and_bad_options() -> None:
         8,
         3,
     )
+    assert settings.toy_variant == "blind"
+    assert settings_from_args(_parse("--toy-variant", "shown")).toy_variant == "shown"
     for bad in (["--capacity", "0"], ["--minutes", "0"], ["--lora-rank", "-1"]):
         with pytest.raises(ValueError, match="must be"):
             settings_from_args(_parse(*bad))
@@ -88,3 +90,17 @@ def test_the_rollout_reads_weights_from_the_store_the_learner_writes_to(tmp_path
     learner = stage.learner_command("d-train")
     objects = str(tmp_path / "home" / "objects")
     assert rollout[rollout.index("--objects") + 1] == objects == learner[learner.index("--objects") + 1]
+
+
+def test_the_demo_imports_the_toy_variant_it_is_asked_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import actors.tasks.humaneval
+    from ops.demo.run import assemble_tasks
+
+    monkeypatch.setattr(actors.tasks.humaneval, "import_humaneval", lambda out: [])
+    for variant, prefix in (("blind", "toy-"), ("shown", "toys-")):
+        settings = settings_from_args(_parse("--toy-count", "4", "--toy-variant", variant))
+        tasks = assemble_tasks(tmp_path / variant, settings)
+        assert [p.name for p in tasks.heldout[:1]] == [f"{prefix}003"]
+        assert [p.name for p in tasks.train[:3]] == [f"{prefix}000", f"{prefix}001", f"{prefix}002"]
