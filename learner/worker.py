@@ -74,6 +74,13 @@ class LearnerSettings:
     train: TrainSettings = field(default_factory=TrainSettings)
     adaptation: Adaptation = field(default_factory=Adaptation)
     lr: float = 1e-5
+    # PPO-clipped passes over a step's samples, one optimizer step each, before the version is published
+    # (the clipped ratio against the behaviour log-probs keeps later passes near the sampling policy).
+    epochs: int = 1
+
+    def __post_init__(self) -> None:
+        if self.epochs < 1:
+            raise ValueError(f"epochs must be at least 1, not {self.epochs}")
 
 
 @dataclass
@@ -203,7 +210,8 @@ class Learner:
             counts += group_counts
         if not groups:
             return
-        stats = train_step(self.model, self.optimizer, samples, self.settings.train)
+        for _ in range(self.settings.epochs):  # the report keeps the last pass's statistics
+            stats = train_step(self.model, self.optimizer, samples, self.settings.train)
         version = self.state.version + 1
         published = store_weights(self.store, merged_weights(self.model), origin=self.origin,
                                   run_id=self.settings.run_id, version=version,

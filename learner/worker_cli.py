@@ -41,6 +41,7 @@ def register(workers: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     add("--lora-targets", default=",".join(DEFAULT_TARGETS), help="comma-separated linear layer names")
     add("--lr", type=float, default=1e-5, help="AdamW learning rate")
     add("--micro-batch", type=int, default=4, help="samples per forward pass")
+    add("--epochs", type=int, default=1, help="PPO-clipped passes over each step's samples (default 1)")
     add("--temperature", type=float, default=1.0, help="the rollouts' sampling temperature")
     add("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     add("--prompt-encoder", choices=PROMPT_ENCODERS, default="chat", help="how prompts are rebuilt")
@@ -92,6 +93,7 @@ def _cmd_worker_learner(args: argparse.Namespace) -> int:
             train=TrainSettings(micro_batch=args.micro_batch, temperature=args.temperature),
             adaptation=Adaptation(args.lora_rank, args.lora_alpha, tuple(args.lora_targets.split(","))),
             lr=args.lr,
+            epochs=args.epochs,
         )
         model_dir = args.model or prepare_model(paths.cache)
         encoder = make_encoder(args.prompt_encoder, model_dir)

@@ -47,7 +47,11 @@ class DemoSettings:
     max_new_tokens: int = 48
     lora_rank: int = 8
     group_timeout_s: float = 150.0
-    lr: float = 1e-4  # AdamW on the LoRA weights
+    # The learner's optimisation: the settings under which `trialog bench learning` showed the toy tasks
+    # learned (BENCHMARKS.md, learning); lr 1e-4 on q/v with one pass learned nothing in the demo.
+    lr: float = 1e-3  # AdamW on the LoRA weights
+    lora_targets: str = "q_proj,k_proj,v_proj,o_proj"
+    epochs: int = 2  # PPO-clipped passes over each step's samples
     # At 1.0 SmolLM2-135M mostly rambles (measured: 0 of 16 first replies a usable action); the streams
     # worker puts it in every PolicyRequest, and the learner takes its log-probs at the same one.
     temperature: float = 0.7
@@ -113,6 +117,7 @@ class Stage:
             "--model", str(self.model), "--group-size", str(s.group_size),
             "--group-timeout-s", str(s.group_timeout_s), "--lora-rank", str(s.lora_rank),
             "--prompt-encoder", "chat", "--objects", str(self.paths.objects), "--lr", str(s.lr),
+            "--lora-targets", s.lora_targets, "--epochs", str(s.epochs),
             # The rollout is the bottleneck on a small CPU machine: the learner keeps to one core.
             "--threads", "1", "--temperature", str(s.temperature),
             "--checkpoint-dir", str(self.paths.component("runs") / run / "learner"),

@@ -40,7 +40,11 @@ class CrashingAnnouncer(MemoryAnnouncer):
 
 
 def make_learner(
-    folder: Path, announcer: MemoryAnnouncer, store: MemoryObjectStore, groups_per_step: int = 1
+    folder: Path,
+    announcer: MemoryAnnouncer,
+    store: MemoryObjectStore,
+    groups_per_step: int = 1,
+    epochs: int = 1,
 ) -> Learner:
     settings = LearnerSettings(
         run_id="run-test",
@@ -51,6 +55,7 @@ def make_learner(
         train=TrainSettings(micro_batch=2),
         adaptation=Adaptation(rank=4),
         lr=1e-2,
+        epochs=epochs,
     )
     return Learner(
         testing.tiny_llama(), BytesPromptEncoder(), store, announcer, settings, fixed_origin("learner")
@@ -104,6 +109,19 @@ def test_a_backlog_of_ready_groups_is_trained_in_steps_of_up_to_groups_per_step(
     assert [line["rewards"] for line in lines] == [[[1.0, 0.0], [1.0, 0.0]], [[1.0, 0.0]]]
     assert learner.state.counters.trained == 6 and learner.state.counters.steps == 2
     assert learner.state.ready == ()
+
+
+def test_each_epoch_is_one_more_optimizer_step_on_the_same_samples(tmp_path: Path) -> None:
+    trained = {}
+    for epochs in (1, 2):
+        learner = make_learner(tmp_path / str(epochs), MemoryAnnouncer(), MemoryObjectStore(), epochs=epochs)
+        feed(learner, "g1", [1.0, 0.0], 0)
+        assert learner.state.version == 1  # one version whatever the passes
+        trained[epochs] = trainable_state(learner.model)
+        assert learner.optimizer.state_dict()["state"][0]["step"] == epochs
+    assert any(not torch.equal(trained[1][k], v) for k, v in trained[2].items())
+    with pytest.raises(ValueError, match="epochs"):
+        LearnerSettings(run_id="r", checkpoint_dir=tmp_path, epochs=0)
 
 
 def test_a_restarted_learner_resumes_from_its_checkpoint(tmp_path: Path) -> None:
