@@ -1,8 +1,9 @@
 """The learner process: consume `trajectories.completed` near-on-policy, train, checkpoint, publish.
 
 `Learner` carries out the planner's decisions (`learner.state`): it feeds every record it reads to the
-planner, and for each ready group builds the samples, takes one training step, puts the merged weights in
-the object store, checkpoints (weights, optimizer, offsets, waiting trajectories, the announcement) and
+planner, and for the oldest ready groups (up to `groups_per_step`, once a poll's records are all in)
+builds the samples, takes one training step (`epochs` passes), puts the merged weights in the object
+store, checkpoints (weights, optimizer, offsets, waiting trajectories, the announcement) and
 announces the new version. `run` is the Kafka loop around it: the learner assigns itself every partition of
 the topic (no consumer group: one learner per run) and seeks to the checkpointed offsets, so the
 checkpoint alone says what has been consumed.
