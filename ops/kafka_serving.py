@@ -85,6 +85,29 @@ def connected(bootstrap: str, stopping: threading.Event, say: Callable[[str], No
     return False
 
 
+def subscribe_when_known(
+    consumer: Any, topic: str, stopping: threading.Event, say: Callable[[str], None] | None = None
+) -> bool:
+    """Subscribe `consumer` to `topic` once its partitions are known to it; False if `stopping` is set first.
+
+    A member that joins its group before the topic's metadata reached it is assigned nothing (kafka-python's
+    assignor skips a topic without partition metadata: "No partition metadata for topic ...") and served
+    nothing until a later metadata refresh made the group rebalance; a CI run saw a verifier serve nothing
+    for 120 s that way. Asking for the partitions first fetches the metadata, so the first join sees them."""
+    while not stopping.is_set():
+        try:
+            known = consumer.partitions_for_topic(topic)
+        except KafkaError as exc:
+            known = set()
+            log.warning("metadata of %s not readable yet (%s)", topic, exc)
+        if known:
+            consumer.subscribe([topic])
+            return True
+        (say or log.info)(f"waiting for the partitions of {topic}")
+        stopping.wait(RETRY_S)
+    return False
+
+
 def serve_requests(
     consuming: Consuming,
     serve: Callable[[Any, Any], None],
@@ -101,7 +124,6 @@ def serve_requests(
     if not connected(consuming.bootstrap, stopping, say):
         return
     consumer = KafkaConsumer(
-        consuming.topic,
         bootstrap_servers=consuming.bootstrap,
         group_id=consuming.group_id,
         enable_auto_commit=False,
@@ -113,6 +135,9 @@ def serve_requests(
         heartbeat_interval_ms=consuming.session_timeout_ms // 5,
         metadata_max_age_ms=METADATA_MAX_AGE_MS,
     )
+    if not subscribe_when_known(consumer, consuming.topic, stopping, say):
+        consumer.close()
+        return
     producer = KafkaProducer(bootstrap_servers=consuming.bootstrap, acks="all")
     try:
         while not stopping.is_set():

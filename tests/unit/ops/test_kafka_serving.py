@@ -113,5 +113,36 @@ def test_a_serving_consumer_asks_the_broker_for_a_short_fetch_wait(monkeypatch: 
     consuming = kafka_serving.Consuming("127.0.0.1:1", "group", "topic", max_poll_records=4)
     with pytest.raises(_Captured):
         kafka_serving.serve_requests(consuming, lambda record, producer: None, threading.Event())
-    assert seen["topics"] == ("topic",) and seen["max_poll_records"] == 4
+    assert seen["topics"] == () and seen["max_poll_records"] == 4  # subscribed once the topic is known
     assert seen["fetch_max_wait_ms"] == consuming.fetch_max_wait_ms <= 100
+
+
+class _Consumer:
+    """Knows a topic's partitions only after `unknown_for` asks (the metadata has not reached it yet)."""
+
+    def __init__(self, unknown_for: int) -> None:
+        self.unknown_for = unknown_for
+        self.asked = 0
+        self.subscribed: list[list[str]] = []
+
+    def partitions_for_topic(self, topic: str) -> set[int]:
+        self.asked += 1
+        return set() if self.asked <= self.unknown_for else {0, 1}
+
+    def subscribe(self, topics: list[str]) -> None:
+        assert self.asked > self.unknown_for, "subscribed before the partitions were known"
+        self.subscribed.append(topics)
+
+
+def test_a_serving_consumer_joins_its_group_only_once_the_topic_has_partitions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(kafka_serving, "RETRY_S", 0.01)
+    said: list[str] = []
+    consumer = _Consumer(unknown_for=2)
+    assert kafka_serving.subscribe_when_known(consumer, "run.verify.requests", threading.Event(), said.append)
+    assert consumer.subscribed == [["run.verify.requests"]] and consumer.asked == 3
+    assert said == ["waiting for the partitions of run.verify.requests"] * 2
+    stopping = threading.Event()
+    stopping.set()
+    assert not kafka_serving.subscribe_when_known(_Consumer(unknown_for=9), "t", stopping, said.append)
