@@ -82,3 +82,16 @@ def train_step(
         tokens=total_tokens,
         seconds=time.monotonic() - started,
     )
+
+
+def train_epochs(
+    model: Any,
+    optimizer: torch.optim.Optimizer,
+    samples: Sequence[Sample],
+    epochs: int,
+    settings: TrainSettings = TrainSettings(),
+) -> list[TrainStats]:
+    """`epochs` PPO-clipped passes over `samples` (one optimizer step each); the stats of every pass."""
+    if epochs < 1:
+        raise ValueError(f"epochs must be at least 1, not {epochs}")
+    return [train_step(model, optimizer, samples, settings) for _ in range(epochs)] if samples else []

@@ -50,7 +50,7 @@ from learner.state import (
     next_step,
 )
 from learner.step import Sample
-from learner.trainer import TrainSettings, TrainStats, train_step
+from learner.trainer import TrainSettings, TrainStats, train_epochs
 from ops.telemetry import metrics, tracing
 from ops.telemetry.ids import Headers
 from ops.topics import topic_name
@@ -211,8 +211,8 @@ class Learner:
             counts += group_counts
         if not groups:
             return
-        for _ in range(self.settings.epochs):  # the report keeps the last pass's statistics
-            stats = train_step(self.model, self.optimizer, samples, self.settings.train)
+        passes = train_epochs(self.model, self.optimizer, samples, self.settings.epochs, self.settings.train)
+        stats = passes[-1]  # the report keeps the last pass's statistics
         version = self.state.version + 1
         published = store_weights(self.store, merged_weights(self.model), origin=self.origin,
                                   run_id=self.settings.run_id, version=version,

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from actors.tasks.toy import Variant
 from ops.bench.report import cpu_model, memory_gib, write_section
 from ops.paths import REPO_ROOT, Paths
 
@@ -82,15 +83,6 @@ def group_samples(
     return samples, trained
 
 
-def train_epochs(model: Any, optimizer: Any, samples: Sequence[Any], epochs: int, settings: Any) -> list[Any]:
-    """`epochs` PPO-clipped passes over `samples` (one optimizer step each); the stats of every pass."""
-    from learner.trainer import train_step
-
-    if epochs < 1:
-        raise ValueError(f"epochs must be at least 1, not {epochs}")
-    return [train_step(model, optimizer, samples, settings) for _ in range(epochs)] if samples else []
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     # The defaults are the settings of the run recorded in BENCHMARKS.md (the one that showed learning);
     # the earlier defaults, which showed none, were --steps 16 --tasks-per-step 1 --tasks 8
@@ -98,7 +90,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=12, help="GRPO steps (default 12)")
     parser.add_argument(
         "--variant",
-        choices=["blind", "shown"],
+        choices=[variant.value for variant in Variant],
         default="blind",
         help="toy variant (actors.tasks.toy): blind (the default) names the function only, shown also "
         "shows the file",
@@ -258,7 +250,7 @@ def run(args: argparse.Namespace) -> int:
     from actors.tasks.verify import task_quotas, verify
     from learner.lora import Adaptation, adapt, trainable_parameters
     from learner.model import prepare_model
-    from learner.trainer import TrainSettings
+    from learner.trainer import TrainSettings, train_epochs
     from sandbox_agent.limits import SandboxSpec
     from sandbox_agent.stack import default_image, stack_backend
 

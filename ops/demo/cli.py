@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from actors.tasks.toy import Variant
 from ops.paths import REPO_ROOT, Paths
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     demo.add_argument("--toy-count", type=int, default=16, help="toy tasks, a quarter held out (default 16)")
     demo.add_argument(
         "--toy-variant",
-        choices=["blind", "shown"],
+        choices=[variant.value for variant in Variant],
         default="blind",
         help="toy tasks (actors/tasks/toy.py): blind names the function only (default); shown also shows "
         "the file, where SmolLM2 passes about half the time (see BENCHMARKS.md, learning)",

@@ -11,7 +11,7 @@ import torch
 from learner.lora import Adaptation, adapt, trainable_parameters
 from learner.step import Sample, collate, token_logprobs
 from learner.testing import tiny_llama
-from learner.trainer import TrainSettings
+from learner.trainer import TrainSettings, train_epochs
 from ops.bench.learning import (
     Evaluation,
     Paired,
@@ -22,7 +22,6 @@ from ops.bench.learning import (
     group_samples,
     render,
     step_tasks,
-    train_epochs,
 )
 
 PROMPT = (1, 70, 71, 72)
