@@ -141,8 +141,16 @@ class Cluster:
         ]  # fmt: skip
         return self.start("scheduler", argv)
 
+    def pause(self, kind: str) -> None:
+        """SIGSTOP: the worker stops answering, so that the requests it serves stay outstanding until it is
+        killed (a grading or a policy answer lasts milliseconds on a fast machine: too short a moment to
+        catch by reading the log)."""
+        process = self.processes[kind]
+        assert process.poll() is None, f"the {kind} worker died before the fault: {self.tail(kind)}"
+        os.kill(process.pid, signal.SIGSTOP)
+
     def kill(self, kind: str) -> None:
-        """SIGKILL: a crash, not a shutdown."""
+        """SIGKILL: a crash, not a shutdown (a paused worker too)."""
         process = self.processes[kind]
         assert process.poll() is None, f"the {kind} worker died before the fault: {self.tail(kind)}"
         os.kill(process.pid, signal.SIGKILL)

@@ -1,7 +1,7 @@
 """Fault tests of a run: every kind of worker, a sandbox container and the Kafka broker fail while episodes
 are in flight.
 
-A run of 20 episodes (four example tasks, five actions each: three harmless commands that each change the
+A run of 24 episodes (four example tasks, five actions each: three harmless commands that each change the
 workspace, so that every step has its own snapshot, one of which sleeps so that a step is visibly running;
 the task's solution.patch; submit) on real Kafka (a broker of this test's own) and real Docker sandboxes,
 with one worker of each kind started as a subprocess by the test and the scheduler keeping `CAPACITY`
@@ -10,7 +10,9 @@ read from the log (an episode mid-episode, a step running, a grading running):
 
 * SIGKILL of the streams worker, restarted on the same RocksDB folder; later once more on a fresh folder
   (its table must come back from the changelog and the log);
-* SIGKILL of the sandbox, rollout and verifier workers, each restarted;
+* SIGKILL of the sandbox, rollout and verifier workers, each restarted (the rollout and verifier workers are
+  paused first, so that a policy request and a grading are certain to be outstanding at the kill: their
+  answers take milliseconds, a moment too short to catch by reading the log);
 * `docker kill` of the sandbox container running a step: the sandbox worker answers `sandbox_crash`, the
   owner re-issues the step as the next attempt, which restores the last snapshot into a new sandbox;
 * the Kafka broker stopped and started again (same port, same data), and the streams worker killed and
@@ -56,7 +58,7 @@ TASKS = REPO_ROOT / "examples" / "tasks"
 EXAMPLES = tuple(
     TASKS / name for name in ("easy-fix-add", "easy-fix-range", "easy-fix-is-even", "easy-fix-largest")
 )
-EPISODES = 20
+EPISODES = 24
 CAPACITY = 4
 SLEEP = "sleep 2"
 SLEEP_ARGV = b"sleep\x002\x00"
@@ -93,9 +95,12 @@ class Faults:
     def moment(self, what: str, check: Callable[[LogView], bool]) -> LogView:
         def ready() -> bool:
             dead = {k for k, alive in self.cluster.alive().items() if not alive}
-            if self.cluster.processes["scheduler"].poll() is not None:
-                dead.add("scheduler")
             assert not dead, f"{dead} exited early:\n{self.cluster.tails()}"
+            scheduler = self.cluster.processes["scheduler"].poll()
+            assert scheduler is None, (
+                f"the scheduler exited ({scheduler}) before {what}: the run ended before the faults did\n"
+                f"{self.cluster.tails()}"
+            )
             return check(self.reader.poll())
 
         wait_for(what, ready, MOMENT_TIMEOUT_S)
@@ -132,8 +137,19 @@ class Faults:
         self.crashes[-1].setdefault("recovered_s", {})[kind] = round(time.monotonic() - since, 1)
 
     def kill_worker(
-        self, kind: str, check: Callable[[LogView], bool], *, fresh_data: Path | None = None
+        self,
+        kind: str,
+        check: Callable[[LogView], bool],
+        *,
+        fresh_data: Path | None = None,
+        pause_first: bool = False,
     ) -> None:
+        """kill -9 the `kind` worker at a moment `check` finds in the log; with `pause_first` the worker is
+        paused (SIGSTOP) before the wait, so that the requests it would answer stay outstanding until the
+        kill: the moment is certain to come instead of a race against a fast worker."""
+        if pause_first:
+            self.moment(f"an episode in flight to pause the {kind} worker for", lambda v: bool(v.in_flight))
+            self.cluster.pause(kind)
         view = self.moment(f"a moment to kill the {kind} worker", check)
         self.record(f"kill -9 {kind}" + (" (fresh data dir)" if fresh_data else ""), view)
         killed = time.monotonic()
@@ -267,9 +283,9 @@ def test_a_run_survives_crashes_of_every_worker_of_a_sandbox_and_of_the_broker(
         faults.kill_worker("sandbox", _sandbox_busy_after_a_step)
         # Episode -> its last executed step when the sandbox worker died.
         resumable: dict[str, int] = faults.crashes[-1]["executed"]
-        faults.kill_worker("rollout", _policy_outstanding)
+        faults.kill_worker("rollout", _policy_outstanding, pause_first=True)
         _kill_a_running_step(docker_client, faults)
-        faults.kill_worker("verifier", _grading)
+        faults.kill_worker("verifier", _grading, pause_first=True)
         faults.restart_broker(kafka)
         faults.kill_worker("streams", _mid_episode, fresh_data=tmp_path / "streams-data-1")
         wait_for(
