@@ -7,9 +7,10 @@
   `EpisodeWorker.handle_batch`, and acknowledges the batch's events only after its rows were written;
 * the `episodes` table (`rocksdb://`, rocksdict driver, small block cache, compacted changelog declared by
   Faust, standby replicas configurable) holds each episode's row (`streams.tables.Row`). Rows are written
-  to an explicit partition (`FaustRows.put`: the RocksDB database of that partition and the changelog
-  partition of the same number), the partition of the episode's inputs: Faust's own `table[key] = row`
-  takes the partition from the current stream event and refuses to write outside one, i.e. from a timer;
+  to an explicit partition (`FaustRows.write`: the changelog partition of that number, acknowledged, then
+  the RocksDB database of that partition), the partition of the episode's inputs: Faust's own
+  `table[key] = row` takes the partition from the current stream event and refuses to write outside one,
+  i.e. from a timer, and writes the local store before the changelog;
 * a timer ticks the episodes every `TICK_S` and first recovers partitions newly assigned (`streams.worker`);
 * the tasks come from the compacted `tasks` topic (`streams.tables.TaskCache`);
 * short consumer-group timeouts (`SESSION_TIMEOUT_S` and friends) so that a killed worker's partitions move
@@ -23,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -305,13 +306,35 @@ class FaustRows:
         value = self.table.get(key.encode())
         return None if value is None else bytes(value)
 
-    def put(self, partition: int, key: str, value: bytes) -> None:
-        """What `table[key] = value` does inside a stream event, with the partition given (any context)."""
-        store, raw = self.table.data, key.encode()
+    async def write(self, rows: Sequence[tuple[int, str, bytes]]) -> None:
+        """What `table[key] = value` does inside a stream event, with the partition given (any context), in
+        the other order: Faust writes the local store, then hands the changelog record to its producer
+        buffer, so a worker killed before the buffer was flushed leaves the local store ahead of the
+        changelog (`streams.worker` says why that loses events). Here the changelog records are sent at
+        once, acknowledged together, and only then written to the local store. Faust's own callback
+        records each acknowledged offset in the store, as for its own writes."""
+        table = self.table
+        acks = [
+            await table.changelog_topic.send(
+                key=key.encode(),
+                value=value,
+                partition=partition,
+                key_serializer=table.key_serializer,
+                value_serializer=table.value_serializer,
+                callback=table._on_changelog_sent,
+                force=True,  # never deferred to the current stream event's acknowledgement
+            )
+            for partition, key, value in rows
+        ]
+        await asyncio.gather(*acks)
+        for partition, key, value in rows:
+            self._put_local(partition, key.encode(), value)
+
+    def _put_local(self, partition: int, raw: bytes, value: bytes) -> None:
+        store = self.table.data
         encoded = store._encode_key(raw)
         store._key_index[encoded] = partition
         store._db_for_partition(partition).put(encoded, store._encode_value(value))
-        self.table.send_changelog(partition, raw, value)
 
     def partition_items(self, partition: int) -> Iterator[tuple[str, bytes]]:
         store = self.table.data

@@ -14,8 +14,8 @@ argument, so here it is, in full:
      requests; the trajectories, `trajectories.completed` keyed by task id, `trajectories.failed` by
      episode id; the dead letters) goes to the producer without waiting;
   3. acknowledge: the batch's acks are awaited together, once (one flush);
-  4. write: each row the batch changed is written once, to its partition (`Rows.put`), carrying the
-     partition's watermark (below);
+  4. write: each row the batch changed is written once, to its partition (`Rows.write`), carrying the
+     partition's watermark (below): to the changelog first, all acknowledged, then to the local store;
   5. only then are the batch's inputs acknowledged to Faust, which commits input offsets after flushing
      its producer (our appends and its changelog writes).
   So the table never gets ahead of the log, and an input is committed only after its row is written.
@@ -35,7 +35,13 @@ Crash consistency: the log is the truth, the table a cache of its fold.
     are written, W moves to the batch's highest appended offset; rows are written with the W of before
     the batch (within a batch rows are written in no particular order, so a row may not vouch for the
     batch's other rows). Rows go to the changelog partition of their episode's partition, in processing
-    order, and Kafka keeps that order: when a row survived, every row written before it did. So every event
+    order, and Kafka keeps that order: when a row survived, every row written before it did. That holds for
+    the local RocksDB store too because a row reaches it only once the changelog acknowledged it: a worker
+    restarted on the local store of a worker killed before its changelog writes were acknowledged would
+    otherwise find rows the changelog lacks, write later rows whose W vouches for them, and a worker
+    restored from the changelog alone (a new machine, a rebalance) would skip their events and decide again
+    from an older row: a duplicate step and a forked chain (the fault test's kill -9 of the streams worker
+    while the broker is down, then on a fresh folder, found it). So every event
     missing from the table lies after the highest W of the partition's rows, and the worker reads
     `episode.events`[p] from there to its end (no row: from the beginning). At most the last batch is
     read again; folding an event a row holds already changes nothing.
@@ -65,7 +71,7 @@ an input still comes for it) and reads no row per input. Recovery fills them; a 
 Timers: `tick()` (every 0.5 s from Faust) calls `owner.on_tick` for the episodes whose outstanding
 request is past its deadline, as one batch (without inputs: a failed tick is not retried, the next tick
 decides again). Their deadlines are indexed in memory with the rows. A tick runs outside any Faust
-stream event, which is why rows are written to an explicit partition (`Rows.put`).
+stream event, which is why rows are written to an explicit partition (`Rows.write`).
 One lock serialises batches, ticks and recovery.
 
 Tracing (`ops.telemetry`): each input is decided inside its own span (`owner.<topic>`), under the span its
@@ -146,7 +152,11 @@ class Rows(Protocol):
 
     def get(self, key: str) -> bytes | None: ...
 
-    def put(self, partition: int, key: str, value: bytes) -> None: ...
+    async def write(self, rows: Sequence[tuple[int, str, bytes]]) -> None:
+        """Write each (partition, key, row): durably first (the changelog, every write acknowledged), then
+        where `get` and `partition_items` read (the local store), so that the local store is never ahead
+        of the changelog (see the module doc). Raises if a write fails; then some rows may be written."""
+        ...
 
     def partition_items(self, partition: int) -> Iterable[tuple[str, bytes]]: ...
 
@@ -517,10 +527,13 @@ class EpisodeWorker:
             return
         if self.before_row_write is not None:
             self.before_row_write()
-        for key, row in work.rows.items():
-            written = replace(row, watermark=self.watermarks.get(row.partition, -1))
-            self.rows.put(row.partition, key, written.encode())
-            self._remember(key, written)
+        written = {
+            key: replace(row, watermark=self.watermarks.get(row.partition, -1))
+            for key, row in work.rows.items()
+        }
+        await self.rows.write([(row.partition, key, row.encode()) for key, row in written.items()])
+        for key, row in written.items():
+            self._remember(key, row)
         for (_topic, _key, _value, partition, _headers), offset in zip(work.records, offsets, strict=True):
             if partition is not None:
                 self.watermarks[partition] = max(self.watermarks.get(partition, -1), offset)

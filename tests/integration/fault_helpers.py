@@ -20,6 +20,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
 
@@ -270,6 +271,19 @@ class Reader:
 
     def close(self) -> None:
         self.consumer.close()
+
+
+def audited_healthy(run: str, bootstrap: str, timeout_s: float = 300.0) -> dict[str, Any]:
+    """`trialog audit RUN --json` as a user runs it; its report, asserted healthy: nothing lost, no
+    duplicate step, every hash chain intact."""
+    audit = subprocess.run(
+        [sys.executable, "-m", "ops.cli", "audit", run, "--json", "--bootstrap", bootstrap],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout_s, check=False,
+    )  # fmt: skip
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+    report: dict[str, Any] = json.loads(audit.stdout)
+    assert (report["lost"], report["duplicate_steps"], report["broken_chains"]) == (0, 0, 0), report
+    return report
 
 
 def dump(path: Path, data: object) -> None:

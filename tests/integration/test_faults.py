@@ -12,7 +12,9 @@ read from the log (an episode mid-episode, a step running, a grading running):
   (its table must come back from the changelog and the log);
 * SIGKILL of the sandbox, rollout and verifier workers, each restarted (the rollout and verifier workers are
   paused first, so that a policy request and a grading are certain to be outstanding at the kill: their
-  answers take milliseconds, a moment too short to catch by reading the log);
+  answers take milliseconds, a moment too short to catch by reading the log; the episodes in flight just
+  before the pause count as in flight at that crash, as the worker may have answered one and stopped
+  before committing it);
 * `docker kill` of the sandbox container running a step: the sandbox worker answers `sandbox_crash`, the
   owner re-issues the step as the next attempt, which restores the last snapshot into a new sandbox;
 * the Kafka broker stopped and started again (same port, same data), and the streams worker killed and
@@ -107,9 +109,7 @@ class Faults:
         return self.reader.view
 
     def record(self, fault: str, view: LogView, **extra: object) -> None:
-        flight = {  # episode -> the step in flight (its newest request's)
-            e: max((r.meta.step for _, r in view.requests[e]), default=0) for e in sorted(view.in_flight)
-        }
+        flight = _steps_in_flight(view)
         executed = {  # episode -> its last executed step, for those in flight that executed one
             e: max(x.meta.step for x in view.executed[e]) for e in sorted(view.in_flight) if view.executed[e]
         }
@@ -147,11 +147,18 @@ class Faults:
         """kill -9 the `kind` worker at a moment `check` finds in the log; with `pause_first` the worker is
         paused (SIGSTOP) before the wait, so that the requests it would answer stay outstanding until the
         kill: the moment is certain to come instead of a race against a fast worker."""
+        at_pause: dict[str, int] = {}
         if pause_first:
-            self.moment(f"an episode in flight to pause the {kind} worker for", lambda v: bool(v.in_flight))
+            view = self.moment(
+                f"an episode in flight to pause the {kind} worker for", lambda v: bool(v.in_flight)
+            )
+            # Read just before the pause: the worker may answer a request and stop before committing it
+            # (served again after the kill), and that episode may end before the kill.
+            at_pause = _steps_in_flight(view)
             self.cluster.pause(kind)
         view = self.moment(f"a moment to kill the {kind} worker", check)
-        self.record(f"kill -9 {kind}" + (" (fresh data dir)" if fresh_data else ""), view)
+        fault = f"kill -9 {kind}" + (" (fresh data dir)" if fresh_data else "")
+        self.record(fault, view, in_flight_at_pause=at_pause)
         killed = time.monotonic()
         self.cluster.kill(kind)
         if fresh_data is not None:
@@ -179,6 +186,11 @@ class Faults:
         self.crashes[-1]["broker_back_s"] = round(time.monotonic() - stopped, 1)
         self.serving("streams", stopped)
         self.progress()  # the workers that stayed up through the outage serve again
+
+
+def _steps_in_flight(view: LogView) -> dict[str, int]:
+    """Episode in flight -> the step in flight (its newest request's)."""
+    return {e: max((r.meta.step for _, r in view.requests[e]), default=0) for e in sorted(view.in_flight)}
 
 
 def _mid_episode(view: LogView) -> bool:
@@ -313,7 +325,9 @@ def test_a_run_survives_crashes_of_every_worker_of_a_sandbox_and_of_the_broker(
     assert len(view.ended) == EPISODES and all(view.ended.values()), view.ended
 
     # Redone work: re-issued requests (attempt > 1) and answers given twice, within the steps in flight.
-    in_flight_at_crashes = sum(len(c["in_flight"]) for c in faults.crashes)
+    in_flight_at_crashes = sum(
+        len({*c["in_flight"], *c.get("in_flight_at_pause", {})}) for c in faults.crashes
+    )
     redone = sum(report.redone.values())
     answered_again = sum(n - 1 for n in view.answers.values() if n > 1)
     print(
@@ -329,7 +343,8 @@ def test_a_run_survives_crashes_of_every_worker_of_a_sandbox_and_of_the_broker(
     in_flight_steps = {
         (episode, step + lag)
         for crash in faults.crashes
-        for episode, step in crash["in_flight"].items()
+        for seen in ("in_flight", "in_flight_at_pause")
+        for episode, step in crash.get(seen, {}).items()
         for lag in (0, 1)
     }
     repeated = sorted(key for key, n in view.answers.items() if n > 1)

@@ -20,8 +20,6 @@ the second part, versions of the restarted learner), and `trialog audit` finds t
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
@@ -41,7 +39,7 @@ from learner import checkpoint
 from learner.model import prepare_model
 from learner.testing import Taught, taught_tiny_model
 from ops.demo.run import DemoSettings, Stage, schedule, start_training, training_target
-from ops.paths import REPO_ROOT, Paths
+from ops.paths import Paths
 from ops.run_cli import Workers, validate_tasks
 from ops.topics import topic_name
 from schemas.blobs import LocalObjectStore
@@ -50,6 +48,7 @@ from schemas.commands import StartEpisode
 from schemas.events import ActionProposed
 from schemas.publications import PolicyPublished
 from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
+from tests.integration.fault_helpers import audited_healthy
 
 CODEC = default_codec()
 TOY_TASKS = 2
@@ -308,12 +307,6 @@ def test_the_pipeline_trains_every_trajectory_once_across_a_learner_kill(
     assert max(t.max_policy_version for t in completed) >= 1
 
     # The run's log is healthy: nothing lost, no duplicate step, every hash chain intact.
-    audit = subprocess.run(
-        [sys.executable, "-m", "ops.cli", "audit", run, "--json", "--bootstrap", kafka_bootstrap],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    assert audit.returncode == 0, audit.stdout + audit.stderr
-    report = json.loads(audit.stdout)
-    assert (report["lost"], report["duplicate_steps"], report["broken_chains"]) == (0, 0, 0), report
+    report = audited_healthy(run, kafka_bootstrap)
     assert (report["started"], report["in_flight"]) == (EPISODES, 0), report
     print(f"learner: {counters}; versions {numbers}; actions by version {dict(sorted(used.items()))}")

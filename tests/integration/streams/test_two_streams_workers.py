@@ -27,6 +27,7 @@ from ops.paths import REPO_ROOT
 from ops.topics import TOPICS, ensure_topics, topic_name
 from schemas.codec import default_codec
 from schemas.requests import PolicyRequest, SandboxRequest, VerifyRequest
+from tests.integration.fault_helpers import audited_healthy
 
 EPISODES, STEPS = 40, 6
 RUN_TIMEOUT_S = 240
@@ -131,13 +132,7 @@ def test_two_streams_workers_survive_a_kill_with_nothing_lost(kafka_bootstrap: s
         print(f"\nrecovery after kill -9: slowest waiting episode resumed {slowest:.1f} s after the kill "
               f"({len(recovered_after)} of {len(waiting_at_kill)} waiting episodes seen again)")  # fmt: skip
         (tmp_path / "recovery.json").write_text(json.dumps({"slowest_s": slowest}))
-        audit = subprocess.run(
-            [sys.executable, "-m", "ops.cli", "audit", run, "--json", "--bootstrap", kafka_bootstrap],
-            cwd=REPO_ROOT, capture_output=True, text=True, timeout=180, check=False,
-        )  # fmt: skip
-        assert audit.returncode == 0, audit.stdout + audit.stderr
-        report = json.loads(audit.stdout)
-        assert (report["lost"], report["duplicate_steps"], report["broken_chains"]) == (0, 0, 0), report
+        report = audited_healthy(run, kafka_bootstrap, timeout_s=180)
         assert report["started"] == EPISODES and report["completed"] == EPISODES, report
     finally:
         for process in workers.values():

@@ -9,6 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from aiokafka.consumer.fetcher import Fetcher
 
 from streams.app import (
@@ -72,19 +73,65 @@ def test_tune_fetcher_removes_the_prefetch_backoff_and_shortens_the_fetch_wait()
     assert fetcher._fetch_max_wait_ms == FETCH_MAX_WAIT_MS <= 50
 
 
-def test_rows_are_written_to_their_partition_outside_a_stream_event(tmp_path: Path) -> None:
-    """What a timer does: no current event, so Faust's `table[key] = row` would refuse."""
+class FakeChangelog:
+    """The changelog topic's `send`: records each write; its acknowledgement is a future the test resolves."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[int, bytes, bytes]] = []
+        self.acks: list[asyncio.Future[Any]] = []
+
+    async def send(self, *, key: bytes, value: bytes, partition: int, force: bool, **_: Any) -> Any:
+        assert force  # never deferred to a stream event's acknowledgement
+        self.sent.append((partition, key, value))
+        self.acks.append(asyncio.get_running_loop().create_future())
+        return self.acks[-1]
+
+
+def _rows(tmp_path: Path) -> tuple[FaustRows, FakeChangelog]:
     app, _ = build_app(Settings("127.0.0.1:1", "r", str(tmp_path / "d"), "w"))
     table = app.tables["episodes"]
-    sent: list[tuple[int, bytes, bytes]] = []
-    table.send_changelog = lambda partition, key, value: sent.append((partition, key, value))
-    rows = FaustRows(table)
-    rows.put(3, "ep-1", b"row-1")
-    rows.put(5, "ep-2", b"row-2")
+    changelog = FakeChangelog()
+    table.changelog_topic = changelog
+    return FaustRows(table), changelog
+
+
+def test_rows_go_to_the_changelog_and_only_once_acknowledged_to_the_local_store(tmp_path: Path) -> None:
+    """Outside a stream event (a timer: Faust's `table[key] = row` would refuse), to explicit partitions;
+    the local store never holds a row the changelog has not acknowledged."""
+    rows, changelog = _rows(tmp_path)
+
+    async def scenario() -> None:
+        writing = asyncio.ensure_future(rows.write([(3, "ep-1", b"row-1"), (5, "ep-2", b"row-2")]))
+        while len(changelog.acks) < 2:
+            await asyncio.sleep(0)
+        assert changelog.sent == [(3, b"ep-1", b"row-1"), (5, b"ep-2", b"row-2")]  # both sent at once
+        changelog.acks[0].set_result(None)
+        await asyncio.sleep(0.01)
+        assert not writing.done() and rows.get("ep-1") is None  # one ack of two: nothing local yet
+        changelog.acks[1].set_result(None)
+        await writing
+
+    asyncio.run(scenario())
     assert rows.get("ep-1") == b"row-1" and rows.get("ep-2") == b"row-2" and rows.get("ep-3") is None
     assert list(rows.partition_items(3)) == [("ep-1", b"row-1")]
     assert list(rows.partition_items(5)) == [("ep-2", b"row-2")]
-    assert sent == [(3, b"ep-1", b"row-1"), (5, b"ep-2", b"row-2")]
+
+
+def test_a_failed_changelog_write_leaves_the_local_store_untouched(tmp_path: Path) -> None:
+    rows, changelog = _rows(tmp_path)
+
+    async def scenario() -> None:
+        writing = asyncio.ensure_future(rows.write([(1, "ep-1", b"row-1"), (1, "ep-2", b"row-2")]))
+        while len(changelog.acks) < 2:
+            await asyncio.sleep(0)
+        changelog.acks[0].set_result(None)
+        changelog.acks[1].set_exception(ConnectionError("broker gone"))
+        with pytest.raises(ConnectionError):
+            await writing
+
+    asyncio.run(scenario())
+    assert rows.get("ep-1") is None and rows.get("ep-2") is None
+    assert list(rows.partition_items(1)) == []
 
 
 def test_a_batch_is_everything_queued_up_to_the_limit() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable, Iterator, Sequence
 
 import pytest
 
@@ -81,6 +81,10 @@ class Rows(dict[str, bytes]):
     def __init__(self) -> None:
         super().__init__()
         self.partitions: dict[str, int] = {}
+
+    async def write(self, rows: Sequence[tuple[int, str, bytes]]) -> None:
+        for partition, key, value in rows:  # the changelog and the local store are one here
+            self.put(partition, key, value)
 
     def put(self, partition: int, key: str, value: bytes) -> None:
         if self.crash_next:
