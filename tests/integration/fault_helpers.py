@@ -233,6 +233,8 @@ class Reader:
         ]
         self.consumer.assign(partitions)
         self.consumer.seek_to_beginning(*partitions)
+        self.read_up_to: dict[TopicPartition, int] = {}  # the highest offset read of each partition
+        self.reread = 0  # records the consumer returned a second time (skipped)
 
     def poll(self) -> LogView:
         codec = default_codec()
@@ -243,6 +245,12 @@ class Reader:
             for tp, batch in batches.items():
                 base = self.names[tp.topic]
                 for message in batch:
+                    # Each record once: across a broker restart the consumer may fetch records it has
+                    # returned already, which would read as answers given twice.
+                    if message.offset <= self.read_up_to.get(tp, -1):
+                        self.reread += 1
+                        continue
+                    self.read_up_to[tp] = message.offset
                     with contextlib.suppress(DecodeError):
                         self._add(base, codec.decode(message.value or b""))
         return self.view

@@ -348,7 +348,9 @@ def test_a_run_survives_crashes_of_every_worker_of_a_sandbox_and_of_the_broker(
         for lag in (0, 1)
     }
     repeated = sorted(key for key, n in view.answers.items() if n > 1)
-    print(f"answers repeated (kind, episode, step): {repeated}")
+    print(
+        f"answers repeated (kind, episode, step): {repeated}; records the reader got twice: {reader.reread}"
+    )
     assert all((episode, step) in in_flight_steps for _kind, episode, step in repeated), (
         repeated,
         faults.crashes,
