@@ -273,20 +273,20 @@ def _summary(results: list[Result]) -> tuple[float, float, float, float, float, 
 
 
 def _render(args: argparse.Namespace, measures: dict[str, Measures], checkouts: dict[str, Path]) -> str:
+    # Each checkout's measurements summarised once: unloaded, then each load (episodes in flight).
+    unloaded = {name: _summary(measure.unloaded) for name, measure in measures.items()}
+    loads = {name: {n: _summary(r) for n, r in sorted(m.loaded.items())} for name, m in measures.items()}
     rows = []
-    for name, measure in measures.items():
-        rows.append((name, "one episode (unloaded)", *_summary(measure.unloaded)))
-        for in_flight, results in sorted(measure.loaded.items()):
-            rows.append((name, f"{in_flight} in flight", *_summary(results)))
+    for name in measures:
+        rows.append((name, "one episode (unloaded)", *unloaded[name]))
+        rows += [(name, f"{n} in flight", *summary) for n, summary in loads[name].items()]
 
     def met(ok: bool) -> str:
         return "met" if ok else "NOT met"
 
-    _, _, p50_u, p99_u, *_ = next(row for row in rows if row[0] == "this checkout")
-    loaded = []  # (episodes in flight, latency p50, steps/s, streams CPU per step) of this checkout
-    for in_flight, results in sorted(measures["this checkout"].loaded.items()):
-        p50, _p99, rate, cpu_ms, *_ = _summary(results)
-        loaded.append((in_flight, p50, rate, cpu_ms))
+    p50_u, p99_u, *_ = unloaded["this checkout"]
+    # (episodes in flight, latency p50, steps/s, streams CPU per step) of this checkout
+    loaded = [(n, p50, rate, cpu_ms) for n, (p50, _, rate, cpu_ms, _, _) in loads["this checkout"].items()]
     best_n, _, best_rate, best_cpu = max(loaded, key=lambda load: load[2])
     queueing = ", ".join(f"{n} in flight {p50:.0f} ms ({n} / {rate:.0f} steps/s = {1000 * n / rate:.0f} ms)"
                          for n, p50, rate, _ in loaded)  # fmt: skip

@@ -146,16 +146,18 @@ class Cluster:
         """SIGSTOP: the worker stops answering, so that the requests it serves stay outstanding until it is
         killed (a grading or a policy answer lasts milliseconds on a fast machine: too short a moment to
         catch by reading the log)."""
-        process = self.processes[kind]
-        assert process.poll() is None, f"the {kind} worker died before the fault: {self.tail(kind)}"
-        os.kill(process.pid, signal.SIGSTOP)
+        os.kill(self._running(kind).pid, signal.SIGSTOP)
 
     def kill(self, kind: str) -> None:
         """SIGKILL: a crash, not a shutdown (a paused worker too)."""
-        process = self.processes[kind]
-        assert process.poll() is None, f"the {kind} worker died before the fault: {self.tail(kind)}"
+        process = self._running(kind)
         os.kill(process.pid, signal.SIGKILL)
         process.wait(timeout=30)
+
+    def _running(self, kind: str) -> subprocess.Popen[bytes]:
+        process = self.processes[kind]
+        assert process.poll() is None, f"the {kind} worker died before the fault: {self.tail(kind)}"
+        return process
 
     def alive(self) -> dict[str, bool]:
         """The workers (not the scheduler, which exits when the run is done) still running."""
