@@ -348,6 +348,8 @@ def test_a_run_survives_crashes_of_every_worker_of_a_sandbox_and_of_the_broker(
         for lag in (0, 1)
     }
     repeated = sorted(key for key, n in view.answers.items() if n > 1)
+    # Kept with the logs (/tmp/trialog-fault-logs/RUN), so that a failure below can be read after the run.
+    dump(tmp_path / "logs" / "answers.json", {"repeated": repeated, "reread": reader.reread})
     print(
         f"answers repeated (kind, episode, step): {repeated}; records the reader got twice: {reader.reread}"
     )
