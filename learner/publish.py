@@ -16,8 +16,8 @@ import torch
 from safetensors.torch import save as safetensors_save
 
 from schemas.blobs import OCTET_STREAM, BlobRef, LocalObjectStore, ObjectStore
+from schemas.origin import Origin
 from schemas.publications import PolicyPublished
-from schemas.sources import Origin
 
 SAFETENSORS = OCTET_STREAM  # BlobRef media types are free text; safetensors has no registered type
 

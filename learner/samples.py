@@ -99,11 +99,10 @@ def make_encoder(name: str, model_dir: Path | None) -> PromptEncoder:
         if model_dir is None:
             raise ValueError("the chat prompt encoder needs the model folder (its tokenizer)")
         # Imported only when chosen: it lives with the LLM policy and pulls in transformers' tokenizers.
-        from importlib import import_module
-
         from transformers import AutoTokenizer
 
-        llm = import_module("actors.rollout.llm")
-        encoder: PromptEncoder = llm.ChatPromptEncoder(AutoTokenizer.from_pretrained(str(model_dir)))
+        from actors.rollout.llm import ChatPromptEncoder
+
+        encoder: PromptEncoder = ChatPromptEncoder(AutoTokenizer.from_pretrained(str(model_dir)))
         return encoder
     raise ValueError(f"unknown prompt encoder {name!r} ({', '.join(PROMPT_ENCODERS)})")

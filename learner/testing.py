@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from actors.rollout.plugins import float32
 from actors.rollout.policy import byte_tokens, render_action
+from actors.rollout.simple_policies import float32
 from learner.samples import BytesPromptEncoder, PromptEncoder, step_request
 from schemas.actions import Action, RunCommand, Submit
 from schemas.common import EventMeta, Output, Producer, Verdict

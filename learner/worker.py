@@ -51,14 +51,14 @@ from learner.state import (
 )
 from learner.step import Sample
 from learner.trainer import TrainSettings, TrainStats, train_epochs
-from ops.telemetry import metrics, tracing
-from ops.telemetry.ids import Headers
-from ops.topics import topic_name
 from schemas.blobs import ObjectStore
 from schemas.codec import Codec, DecodeError, default_codec
+from schemas.origin import Clock, Origin
 from schemas.publications import PolicyPublished
-from schemas.sources import Clock, Origin
 from schemas.trajectories import TrajectoryCompleted
+from streams.kafka.topics import topic_name
+from streams.telemetry import metrics, tracing
+from streams.telemetry.ids import Headers
 
 log = logging.getLogger(__name__)
 SEND_TIMEOUT_S = 60.0

@@ -1,5 +1,5 @@
 """The audit of a run's log, pure: raw records in, an `AuditReport` out (`trialog audit`, DESIGN.md "Tracing
-and audit"). Reading Kafka is the CLI's thin adapter (`ops.audit_cli`); this module never does I/O.
+and audit"). Reading Kafka is the CLI's thin adapter (`ops.cli.audit`); this module never does I/O.
 
 What it checks, per episode (records grouped by the `meta.episode_id` they decode to, in log order):
 
@@ -61,7 +61,7 @@ AUDITED_TOPICS: tuple[str, ...] = (
     *(topic for topic, _ in REQUEST_TOPICS.values()),
     *(topic for topic, _ in TRAJECTORY_TOPICS.values()),
 )
-"""The base names of the topics an audit reads (prefix them with `ops.topics.topic_name`)."""
+"""The base names of the topics an audit reads (prefix them with `streams.kafka.topics.topic_name`)."""
 
 DEFAULT_STALE_AFTER_S = 600.0
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from ops.console import StackError
 from ops.paths import Paths
 from sandbox_agent.docker_backend import DockerBackend
 from schemas.blobs import OCTET_STREAM, BlobRef, MemoryObjectStore, ObjectStore
+from streams.errors import StackError
 
 AUDIT_LABEL = "dev.trialog.audit"
 

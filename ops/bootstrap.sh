@@ -44,7 +44,7 @@ if [ ! -x .venv/bin/python ] || [ "$(cat .venv/.trialog-deps 2>/dev/null)" != "$
   cat > .venv/bin/trialog <<SCRIPT
 #!$PWD/.venv/bin/python
 import sys
-from ops.cli import main
+from ops.cli.main import main
 sys.exit(main())
 SCRIPT
   chmod +x .venv/bin/trialog

@@ -8,18 +8,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 
-class StackError(Exception):
-    """A component could not be set up or started; `hint` says what the user can do about it."""
-
-    def __init__(self, message: str, hint: str = "") -> None:
-        super().__init__(message)
-        self.message = message
-        self.hint = hint
-
-    def __str__(self) -> str:
-        return f"{self.message}\n  hint: {self.hint}" if self.hint else self.message
-
-
 def say(message: str) -> None:
     # Progress goes to stderr so that `--json` output on stdout stays machine-readable.
     print(message, file=sys.stderr, flush=True)

@@ -1,4 +1,4 @@
-"""An episode's timeline from its logged events, pure (`trialog replay`; reading Kafka is `ops.replay_cli`).
+"""An episode's timeline from its logged events, pure (`trialog replay`; reading Kafka is `ops.cli.replay`).
 
 One line per step: the action the policy proposed (with its policy version and sampling latency), the
 observation the sandbox recorded (exit code, the bounded output, timed out or killed for memory), the

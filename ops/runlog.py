@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ops.audit import LogRecord
-from ops.topics import topic_name
 from schemas.codec import Codec, DecodeError, default_codec
 from schemas.events import (
     EPISODE_EVENT_TYPES,
@@ -32,6 +31,7 @@ from schemas.events import (
 )
 from schemas.publications import PolicyPublished, TaskPublished
 from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
+from streams.kafka.topics import topic_name
 
 EVENTS = "episode.events"
 TASKS = "tasks"

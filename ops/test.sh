@@ -10,4 +10,7 @@ timed "stack parts: Docker engine, images, Kafka jars, Jaeger" .venv/bin/trialog
 timed "ruff" .venv/bin/python -m ruff check .
 timed "ruff format" .venv/bin/python -m ruff format --check .
 timed "mypy (strict)" .venv/bin/python -m mypy
+# The layer and no-cycle contracts of pyproject.toml ([tool.importlinter]).
+timed "import layers (import-linter)" .venv/bin/python -c \
+  "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
 timed "pytest" .venv/bin/python -m pytest -m "unit or integration" "$@"

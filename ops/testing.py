@@ -18,10 +18,10 @@ from pathlib import Path
 from types import TracebackType
 
 from ops import process
-from ops.console import StackError
 from ops.paths import Paths
 from ops.stack import docker_engine, images, jaeger, kafka
 from ops.stack.java import host_paths_of_runtime, java_home
+from streams.errors import StackError
 
 # testcontainers' reaper ("Ryuk") is pulled from a public registry, which this machine cannot reach; our
 # fixtures remove their containers themselves and label them so that strays can be found.

@@ -18,10 +18,10 @@ from typing import Protocol
 
 from rocksdict import Options, Rdict
 
-from ops.telemetry import tracing
 from sandbox_agent.backend import DEFAULT_EXEC_LIMITS, Sandbox, SandboxBackend
 from sandbox_agent.limits import ExecLimits
 from sandbox_agent.results import StepResult
+from streams.telemetry import tracing
 
 _LOCK_STRIPES = 64
 

@@ -1,7 +1,7 @@
 """`trialog worker sandbox`'s loop: consume `sandbox.requests`, answer on `sandbox.results`.
 
 A consumer group (scale by running more workers): each partition, hence each episode, is served by one
-worker at a time. At least once (`ops.kafka_serving.serve_requests`): the answer is produced and
+worker at a time. At least once (`streams.kafka.serving.serve_requests`): the answer is produced and
 acknowledged before the request's offset is committed; a request redelivered after a crash is answered from
 the recorded result on the same host, or re-run from the episode's last snapshot on another (at most the
 step in flight is redone). The answer is a `StepExecuted`, or an `EpisodeFailed` for a step that cannot be
@@ -16,13 +16,13 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from ops.kafka_serving import SEND_TIMEOUT_S, Consuming, dead_letter, serve_requests, trace_headers
-from ops.telemetry import tracing
-from ops.topics import topic_name
 from sandbox_agent.worker import SandboxWorker
 from schemas.codec import Codec, DecodeError, default_codec
+from schemas.origin import Origin
 from schemas.requests import SandboxRequest
-from schemas.sources import Origin
+from streams.kafka.serving import SEND_TIMEOUT_S, Consuming, dead_letter, serve_requests, trace_headers
+from streams.kafka.topics import topic_name
+from streams.telemetry import tracing
 
 log = logging.getLogger(__name__)
 

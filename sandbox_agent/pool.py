@@ -16,10 +16,10 @@ from collections import deque
 from dataclasses import dataclass
 from types import TracebackType
 
-from ops.telemetry import metrics
 from sandbox_agent.backend import Sandbox, SandboxBackend
 from sandbox_agent.errors import SandboxError
 from sandbox_agent.limits import SandboxSpec
+from streams.telemetry import metrics
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,6 @@ import logging
 import threading
 from collections import OrderedDict
 
-from ops.telemetry import tracing
 from sandbox_agent.actions import InvalidAction, invalid_outcome, invocation_for
 from sandbox_agent.backend import Sandbox, SandboxBackend
 from sandbox_agent.errors import SandboxError
@@ -34,8 +33,9 @@ from sandbox_agent.results import StepResult
 from schemas.blobs import ObjectStore
 from schemas.common import FailureClass, Output
 from schemas.events import EpisodeFailed, StepExecuted
+from schemas.origin import Origin
 from schemas.requests import SandboxRequest
-from schemas.sources import Origin
+from streams.telemetry import tracing
 
 log = logging.getLogger(__name__)
 

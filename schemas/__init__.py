@@ -40,10 +40,10 @@ from schemas.events import (
     StepRecord,
 )
 from schemas.fold import BrokenChain, ConflictingEvent, FoldError, OutOfOrder, WrongEpisode, apply, fold
+from schemas.origin import Clock, FixedClock, IdSource, Origin, RandomIds, SequentialIds, SystemClock
 from schemas.publications import PolicyPublished, TaskPublished
 from schemas.replay import ReplayError, replay, replay_file
 from schemas.requests import PolicyRequest, ResourceLimits, SamplingParams, SandboxRequest
-from schemas.sources import Clock, FixedClock, IdSource, Origin, RandomIds, SequentialIds, SystemClock
 from schemas.state import EpisodeState, Phase
 from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
 

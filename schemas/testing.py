@@ -33,7 +33,7 @@ from schemas.events import (
     RewardAssigned,
     StepExecuted,
 )
-from schemas.sources import FixedClock, SequentialIds
+from schemas.origin import FixedClock, SequentialIds
 
 E = TypeVar("E", bound=EpisodeEvent)
 

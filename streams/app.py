@@ -6,13 +6,13 @@
   (`noack`): it queues events, and one task takes everything queued (up to `BATCH_MAX`) as a batch for
   `EpisodeWorker.handle_batch`, and acknowledges the batch's events only after its rows were written;
 * the `episodes` table (`rocksdb://`, rocksdict driver, small block cache, compacted changelog declared by
-  Faust, standby replicas configurable) holds each episode's row (`streams.tables.Row`). Rows are written
+  Faust, standby replicas configurable) holds each episode's row (`streams.rows.Row`). Rows are written
   to an explicit partition (`FaustRows.write`: the changelog partition of that number, acknowledged, then
   the RocksDB database of that partition), the partition of the episode's inputs: Faust's own
   `table[key] = row` takes the partition from the current stream event and refuses to write outside one,
   i.e. from a timer, and writes the local store before the changelog;
 * a timer ticks the episodes every `TICK_S` and first recovers partitions newly assigned (`streams.worker`);
-* the tasks come from the compacted `tasks` topic (`streams.tables.TaskCache`);
+* the tasks come from the compacted `tasks` topic (`streams.rows.TaskCache`);
 * short consumer-group timeouts (`SESSION_TIMEOUT_S` and friends) so that a killed worker's partitions move
   to a survivor within seconds;
 * `tune_fetcher` removes aiokafka's prefetch backoff and Faust's 1.5 s fetch wait (see there);
@@ -31,11 +31,11 @@ from typing import Any
 
 import faust
 
-from ops.telemetry import metrics
-from ops.topics import TOPICS, topic_name
+from schemas.origin import Origin
 from schemas.requests import SamplingParams
-from schemas.sources import Origin
-from streams.tables import TaskCache
+from streams.kafka.topics import TOPICS, topic_name
+from streams.rows import TaskCache
+from streams.telemetry import metrics
 from streams.worker import COMMANDS, EVENTS, INPUTS, EpisodeWorker, Headers, Input
 
 log = logging.getLogger(__name__)
@@ -128,7 +128,7 @@ def build_app(settings: Settings) -> tuple[faust.App, EpisodeWorker]:
         topic_partitions=PARTITIONS[COMMANDS],
         topic_allow_declare=True,
         web_enabled=False,
-        key_serializer="raw",  # the table's rows and keys are bytes (streams.tables.Row)
+        key_serializer="raw",  # the table's rows and keys are bytes (streams.rows.Row)
         value_serializer="raw",
         broker_commit_interval=1.0,
         broker_session_timeout=SESSION_TIMEOUT_S,

@@ -71,9 +71,9 @@ from schemas.events import (
     StepExecuted,
 )
 from schemas.fold import FoldError, apply
+from schemas.origin import Origin
 from schemas.record import AvroDict
 from schemas.requests import PolicyRequest, ResourceLimits, SamplingParams, SandboxRequest, VerifyRequest
-from schemas.sources import Origin
 from schemas.state import EpisodeState, Phase
 from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
 from streams.timers import answer_deadline_us

@@ -1,7 +1,7 @@
 """The episode owner at work: batches of Kafka inputs -> `streams.owner` -> effects on Kafka -> the table.
 
 `EpisodeWorker` is the Faust-free core (tested with a fake bus and a dict table); `streams.app` wires it to
-Faust (agents, the RocksDB table, a timer) and `python -m streams.worker` runs it.
+Faust (agents, the RocksDB table, a timer) and `trialog worker streams` (`ops.cli.workers.streams`) runs it.
 
 A batch: whatever inputs are queued when the worker is free (up to `streams.app.BATCH_MAX`), in the order
 they arrived (per partition, the log's order). The order of its side effects is the crash-consistency
@@ -83,18 +83,12 @@ The metric points and an ended episode's root span follow once the batch's event
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
-import os
-import socket
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from ops.telemetry import config as telemetry_config
-from ops.telemetry import episodes as telemetry_episodes
-from ops.telemetry import metrics, tracing
 from schemas.chain import digest
 from schemas.codec import DecodeError, default_codec
 from schemas.commands import AbortEpisode, StartEpisode
@@ -109,14 +103,16 @@ from schemas.events import (
     StepExecuted,
 )
 from schemas.fold import FoldError, apply
+from schemas.origin import Clock, Origin, SystemClock
 from schemas.record import Record
 from schemas.requests import PolicyRequest, SamplingParams, SandboxRequest, VerifyRequest
-from schemas.sources import Clock, Origin, SystemClock
 from schemas.state import EpisodeState
 from schemas.trajectories import TrajectoryCompleted
 from streams import owner
 from streams.owner import Appended, Effects, OwnerError, OwnerState, Request, TaskInfo, resume
-from streams.tables import Row, sampling_for
+from streams.rows import Row, sampling_for
+from streams.telemetry import episodes as telemetry_episodes
+from streams.telemetry import metrics, tracing
 
 log = logging.getLogger(__name__)
 
@@ -575,78 +571,3 @@ class EpisodeWorker:
             detail[:2000],
         )
         work.send(self.topic(DEADLETTER), record.key, self._encode(letter))
-
-
-# -- entry point ---------------------------------------------------------------------------------------
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (default: the local stack's broker)")
-    parser.add_argument("--run", default="", help="the run's topic prefix (default: none)")
-    parser.add_argument("--data-dir", help="this worker's RocksDB folder (default: under TRIALOG_HOME)")
-    parser.add_argument("--instance", default=f"{socket.gethostname()}-{os.getpid()}", help="worker name")
-    parser.add_argument(
-        "--standby-replicas", type=int, default=0, help="standby copies of each table partition (default 0)"
-    )
-    parser.add_argument(
-        "--temperature", type=float, default=1.0, help="the run's sampling temperature (default 1.0)"
-    )
-    parser.add_argument(
-        "--top-p", type=float, default=1.0, help="the run's nucleus sampling mass (default 1.0)"
-    )
-    parser.add_argument(
-        "--max-tokens", type=int, default=1024, help="tokens per reply at most (default 1024)"
-    )
-    telemetry_config.add_arguments(parser)
-
-
-def run_from_args(args: argparse.Namespace) -> int:
-    from ops.telemetry.setup import start_from_args
-    from streams.app import Settings, run_worker
-
-    bootstrap = args.bootstrap
-    if not bootstrap:
-        from ops.stack.stack import StackConfig
-
-        bootstrap = StackConfig.load().kafka.bootstrap
-    data_dir = args.data_dir
-    if not data_dir:
-        from ops.paths import Paths
-
-        data_dir = str(Paths.from_env().component("streams") / f"data-{args.instance}")
-    if args.temperature < 0 or not 0 < args.top_p <= 1 or args.max_tokens < 1:
-        print("trialog worker streams: need --temperature >= 0, 0 < --top-p <= 1, --max-tokens >= 1")
-        return 2
-    sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens)
-    settings = Settings(bootstrap, args.run, data_dir, args.instance, args.standby_replicas, sampling)
-    if not _kafka_answers(bootstrap):
-        return 1
-    start_from_args(args, "trialog-streams")
-    return run_worker(settings)
-
-
-def _kafka_answers(bootstrap: str) -> bool:
-    """Wait for Kafka before starting Faust (started during a broker restart, it would fail at once)."""
-    import signal
-    import threading
-    from signal import SIGINT, SIGTERM
-
-    from ops.kafka_serving import connected
-
-    stopping = threading.Event()
-    previous = {signum: signal.signal(signum, lambda *_: stopping.set()) for signum in (SIGTERM, SIGINT)}
-    try:
-        return connected(bootstrap, stopping, lambda line: print(line, flush=True))
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m streams.worker", description="the streams worker")
-    add_arguments(parser)
-    return run_from_args(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

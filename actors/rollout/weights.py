@@ -21,10 +21,10 @@ from typing import Any, Protocol
 import torch
 from safetensors.torch import load as safetensors_load
 
-from ops.topics import topic_name
 from schemas.blobs import BlobIntegrityError, ObjectStore
 from schemas.codec import Codec, DecodeError, default_codec
 from schemas.publications import PolicyPublished
+from streams.kafka.topics import topic_name
 
 log = logging.getLogger(__name__)
 CATCH_UP_S = 10.0

@@ -19,11 +19,11 @@ import dataclasses
 import logging
 from typing import Protocol, runtime_checkable
 
-from actors.kafka_loop import Refused, Route
 from actors.rollout.policy import Policy, PolicyError, Sample
 from schemas.events import ActionProposed
+from schemas.origin import Origin
 from schemas.requests import PolicyRequest
-from schemas.sources import Origin
+from streams.kafka.request_loop import Refused, Route
 
 log = logging.getLogger(__name__)
 DEFAULT_GROUP = "trialog-rollout"

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from actors.scheduler.defaults import DEFAULT_CAPACITY, DEFAULT_GROUP_SIZE, DEFAULT_MAX_STEPS
 from schemas.commands import StartEpisode
 from schemas.common import EpisodeConfig
+from schemas.origin import Origin
 from schemas.publications import TaskPublished
-from schemas.sources import Origin
 from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
 
 SEED_BITS = 31

@@ -99,8 +99,8 @@ class RunStatus:
 
 
 def read_status(bootstrap: str, run: str) -> RunStatus:
-    from actors.scheduler.log import read_to_end
-    from ops.topics import topic_name
+    from streams.kafka.reader import read_to_end
+    from streams.kafka.topics import topic_name
 
     topics = [topic_name(run, base) for base in STATUS_TOPICS]
     return RunStatus(run).observe_all(value for _topic, value in read_to_end(bootstrap, topics))

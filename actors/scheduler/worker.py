@@ -7,7 +7,7 @@ follows the trajectory topics (partitions assigned by hand, offsets committed un
 `<run>.trialog-scheduler` for visibility) and the tasks topic, and sends what `core.decide` asks for,
 each command acknowledged (acks=all) before it counts as started. It exits 0 once N episodes have ended.
 
-Kafka unreachable (a broker restart): at start-up it waits for the broker (`ops.kafka_serving.connected`);
+Kafka unreachable (a broker restart): at start-up it waits for the broker (`streams.kafka.serving.connected`);
 afterwards a command's send is waited for until the broker acknowledges it (never sent again, which could
 start an extra episode), and a failed offset commit is skipped (the offsets are for visibility only).
 """
@@ -28,16 +28,16 @@ from typing import Any
 from kafka.errors import KafkaError, KafkaTimeoutError
 
 from actors.scheduler.core import SchedulerState, Target, decide, progress
-from actors.scheduler.log import assign_all, decoded, read_to_end
-from ops.kafka_serving import METADATA_MAX_AGE_MS, connected, poll
-from ops.telemetry import tracing
-from ops.telemetry.attributes import record_attributes
-from ops.topics import ensure_topics, topic_name
 from schemas.codec import default_codec
 from schemas.commands import StartEpisode
+from schemas.origin import Origin
 from schemas.publications import TaskPublished
-from schemas.sources import Origin
 from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
+from streams.kafka.reader import assign_all, decoded, read_to_end
+from streams.kafka.serving import METADATA_MAX_AGE_MS, connected, poll
+from streams.kafka.topics import ensure_topics, topic_name
+from streams.telemetry import tracing
+from streams.telemetry.attributes import record_attributes
 
 SEND_TIMEOUT_S = 60.0
 TRAJECTORIES = ("trajectories.completed", "trajectories.failed")

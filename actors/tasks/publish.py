@@ -15,14 +15,13 @@ from pathlib import Path
 
 from actors.tasks.spec import Task, TaskLimits, load_task
 from actors.tasks.verify import task_quotas
-from ops.console import StackError
-from ops.paths import Paths
-from ops.topics import ensure_topics, topic_name
 from sandbox_agent.limits import MIB
-from schemas.blobs import BlobRef, LocalObjectStore, ObjectStore
+from schemas.blobs import BlobRef, ObjectStore
+from schemas.origin import Origin
 from schemas.publications import TaskPublished
 from schemas.requests import ResourceLimits
-from schemas.sources import Origin
+from streams.errors import StackError
+from streams.kafka.topics import ensure_topics, topic_name
 
 BUNDLE_MEDIA_TYPE = "application/x-tar"
 HARNESS_COMMAND = "python3 -I trialog_launch.py /workspace"  # see actors.tasks.verify
@@ -93,15 +92,16 @@ def task_record(
     )
 
 
-def publish_tasks(folders: Sequence[Path], bootstrap: str, paths: Paths, *, run: str = "") -> list[str]:
-    """Publish each task; returns the published ids. Re-publishing a task replaces it (compaction)."""
+def publish_tasks(
+    folders: Sequence[Path], bootstrap: str, store: ObjectStore, image: str, *, run: str = ""
+) -> list[str]:
+    """Publish each task, its bundle and initial snapshot put in `store`, to be run on `image`; returns the
+    published ids. Re-publishing a task replaces it (compaction)."""
     from kafka import KafkaProducer
     from kafka.errors import KafkaError
 
-    from ops.stack.images import sandbox_ref
     from schemas.kafka_serde import AvroSerializer
 
-    store: ObjectStore = LocalObjectStore(paths.objects)
     origin = Origin.system("tasks-publisher", socket.gethostname())
     try:
         ensure_topics(bootstrap, run)
@@ -115,7 +115,7 @@ def publish_tasks(folders: Sequence[Path], bootstrap: str, paths: Paths, *, run:
         for folder in folders:
             task = load_task(folder)
             ref = store.put(bundle(task), BUNDLE_MEDIA_TYPE)
-            record = task_record(task, ref, origin, str(sandbox_ref()), initial_snapshot(task, store))
+            record = task_record(task, ref, origin, image, initial_snapshot(task, store))
             producer.send(topic_name(run, "tasks"), key=task.id.encode(), value=record).get(timeout=30)
             published.append(task.id)
     finally:

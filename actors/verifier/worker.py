@@ -23,7 +23,6 @@ import threading
 import time
 from collections import OrderedDict
 
-from actors.kafka_loop import Route
 from actors.tasks.reward import error_grade
 from actors.tasks.spec import Task
 from actors.tasks.verify import Verification
@@ -32,8 +31,9 @@ from actors.verifier.tasks import TaskSource, TaskUnavailable
 from schemas.blobs import BlobRef, ObjectStore
 from schemas.common import Verdict
 from schemas.events import RewardAssigned
+from schemas.origin import Origin
 from schemas.requests import VerifyRequest
-from schemas.sources import Origin
+from streams.kafka.request_loop import Route
 
 log = logging.getLogger(__name__)
 

@@ -29,9 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from ops.bench.report import cpu_model, memory_gib, write_section
-from ops.console import StackError, say
+from ops.console import say
 from ops.paths import REPO_ROOT
-from ops.topics import ensure_topics, topic_name
+from streams.errors import StackError
+from streams.kafka.topics import ensure_topics, topic_name
 
 INSTRUCTION_WORDS = "Fix the function in calc.py so that the tests in tests/test_calc.py pass. "
 
@@ -99,7 +100,7 @@ def _phase(args: argparse.Namespace, bootstrap: str, model: object, scratch: Pat
     from learner.worker import KafkaAnnouncer, KafkaFeed, Learner, LearnerSettings
     from learner.worker import run as run_learner
     from schemas.blobs import LocalObjectStore
-    from schemas.sources import Origin, SystemClock
+    from schemas.origin import Origin, SystemClock
 
     run_id = f"bench-learner-{uuid.uuid4().hex[:8]}"
     ensure_topics(bootstrap, run_id)

@@ -251,8 +251,8 @@ def run(args: argparse.Namespace) -> int:
     from learner.lora import Adaptation, adapt, trainable_parameters
     from learner.model import prepare_model
     from learner.trainer import TrainSettings, train_epochs
+    from ops.stack.sandboxes import default_image, stack_backend
     from sandbox_agent.limits import SandboxSpec
-    from sandbox_agent.stack import default_image, stack_backend
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -1,6 +1,6 @@
 """`trialog bench pipeline`: the orchestration cost of a step, with the policy and the sandbox taken out.
 
-One streams worker (a real `python -m streams.worker` process on the local stack's Kafka) owns the episodes;
+One streams worker (a real `trialog worker streams` process on the local stack's Kafka) owns the episodes;
 this process plays null rollout, sandbox and verifier workers that answer every request the moment it
 arrives (scripted: `run true` for S steps, then submit). Per step we measure the time from sending an
 answer to receiving the owner's next request for that episode: Kafka there and back plus the streams
@@ -31,9 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from ops.bench.report import cpu_model, memory_gib, write_section
-from ops.console import StackError, say
+from ops.console import say
 from ops.paths import REPO_ROOT
-from ops.topics import TOPICS, ensure_topics, topic_name
+from streams.errors import StackError
+from streams.kafka.topics import TOPICS, ensure_topics, topic_name
 from streams.profiling import PROFILE_ENV
 
 TARGETS = {"p50_ms": 20.0, "p99_ms": 100.0, "steps_per_s": 500.0}
@@ -140,7 +141,11 @@ def _measure(bootstrap: str, root: Path, episodes: int, steps: int, profile: Pat
 def _start_streams(
     bootstrap: str, run_id: str, scratch: Path, root: Path, profile: Path | None
 ) -> subprocess.Popen[bytes]:
-    argv = [sys.executable, "-m", "streams.worker", "--run", run_id, "--bootstrap", bootstrap]
+    # A checkout measured beside this one may predate `ops.cli` as the one entry point.
+    entry = (
+        ["ops.cli", "worker", "streams"] if (root / "ops/cli/__main__.py").exists() else ["streams.worker"]
+    )
+    argv = [sys.executable, "-m", *entry, "--run", run_id, "--bootstrap", bootstrap]
     argv += ["--data-dir", str(scratch / "streams"), "--instance", "bench-streams"]
     log = (scratch / "streams.log").open("wb")
     env = {**os.environ, "PYTHONPATH": str(root)}

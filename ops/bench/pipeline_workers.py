@@ -10,10 +10,10 @@ from schemas.blobs import BlobRef
 from schemas.commands import StartEpisode
 from schemas.common import EpisodeConfig, Output, Verdict
 from schemas.events import ActionProposed, RewardAssigned, StepExecuted
+from schemas.origin import Origin
 from schemas.publications import TaskPublished
 from schemas.record import Record
 from schemas.requests import PolicyRequest, SandboxRequest, VerifyRequest
-from schemas.sources import Origin
 
 TASK_ID = "bench-task"
 TASK_VERSION = hashlib.sha256(b"bench-task").hexdigest()

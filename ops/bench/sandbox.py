@@ -32,7 +32,6 @@ from typing import Any
 import docker
 
 from ops.bench.report import cpu_model, memory_gib, write_section
-from ops.console import StackError
 from ops.paths import Paths
 from ops.stack import docker_engine, images
 from sandbox_agent.backend import Sandbox
@@ -41,6 +40,7 @@ from sandbox_agent.limits import MIB, Quotas, SandboxSpec
 from sandbox_agent.manifest import SnapshotId
 from sandbox_agent.pool import WarmPool
 from schemas.blobs import LocalObjectStore
+from streams.errors import StackError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SECTION = "## sandbox"

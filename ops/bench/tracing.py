@@ -50,9 +50,9 @@ def _round(mode: str, steps: int) -> float:
     """Microseconds per step of the hooks in `mode`."""
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-    from ops.telemetry import metrics, tracing
     from ops.telemetry.otel import OtelTracer
     from ops.telemetry.otel_metrics import OtelMetrics
+    from streams.telemetry import metrics, tracing
 
     class Discard(SpanExporter):
         def export(self, spans: Sequence[object]) -> SpanExportResult:
@@ -80,12 +80,12 @@ def _round(mode: str, steps: int) -> float:
 
 
 def _step_hooks() -> Callable[[int], None]:
-    from ops.telemetry import episodes, tracing
     from schemas.common import GENESIS_HASH, Output, Producer
     from schemas.events import StepExecuted
+    from schemas.origin import FixedClock, Origin, SequentialIds
     from schemas.requests import PolicyRequest, SamplingParams
-    from schemas.sources import FixedClock, Origin, SequentialIds
     from schemas.state import EpisodeState
+    from streams.telemetry import episodes, tracing
 
     origin = Origin(Producer("bench", "b0"), FixedClock(), SequentialIds("bench"))
     meta = origin.event_meta(

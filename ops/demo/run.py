@@ -22,8 +22,10 @@ from actors.scheduler.status import RunStatus, read_status
 from actors.scheduler.worker import SchedulerProcess, SchedulerSettings
 from ops.demo.summary import Evaluation, Training, evaluation
 from ops.paths import REPO_ROOT, Paths
-from ops.run_cli import Workers, worker_commands
-from schemas.sources import Origin
+from ops.run_workers import Workers, worker_commands
+from ops.stack.images import sandbox_ref
+from schemas.blobs import LocalObjectStore
+from schemas.origin import Origin
 
 EXAMPLES = REPO_ROOT / "examples" / "tasks"
 TRAIN_EXAMPLE = "easy-fix-add"
@@ -125,10 +127,12 @@ class Stage:
 
     def publish(self, run: str, tasks: Sequence[Path]) -> None:
         from actors.tasks.publish import publish_tasks
-        from ops.topics import ensure_topics
+        from streams.kafka.topics import ensure_topics
 
         ensure_topics(self.bootstrap, run)
-        published = publish_tasks(tasks, self.bootstrap, self.paths, run=run)
+        published = publish_tasks(
+            tasks, self.bootstrap, LocalObjectStore(self.paths.objects), str(sandbox_ref()), run=run
+        )
         self.say(f"run {run}: published {len(published)} tasks")
 
     def workers(self, run: str, tasks: Sequence[Path], rollout_args: list[str]) -> Workers:
@@ -214,9 +218,9 @@ def training_summary(stage: Stage, run: str, seconds: float) -> Training:
 
 def published_versions(bootstrap: str, run: str) -> list[tuple[int, int]]:
     """(version, trajectories trained into it) of every PolicyPublished of `run`, in version order."""
-    from actors.scheduler.log import read_to_end
-    from ops.topics import topic_name
     from schemas.publications import PolicyPublished
+    from streams.kafka.reader import read_to_end
+    from streams.kafka.topics import topic_name
 
     found = {
         value.version: value.trajectories

@@ -1,6 +1,6 @@
 """Links from the report to an episode's trace in Jaeger.
 
-The trace id of an episode is derived from its id alone (`ops.telemetry.ids.episode_trace_id`, the one
+The trace id of an episode is derived from its id alone (`streams.telemetry.ids.episode_trace_id`, the one
 derivation every traced process uses), so the report finds the episode's trace without asking anyone.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from ops.telemetry.ids import episode_trace_id
+from streams.telemetry.ids import episode_trace_id
 
 DEFAULT_QUERY_BASE = "http://127.0.0.1:16686"
 

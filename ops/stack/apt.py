@@ -8,7 +8,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from ops.console import StackError, say
+from ops.console import say
+from streams.errors import StackError
 
 _updated = False
 

@@ -15,10 +15,10 @@ import docker
 from docker.errors import DockerException
 
 from ops import process
-from ops.console import StackError
 from ops.paths import Paths
 from ops.stack.apt import ensure_commands
 from ops.stack.health import Health
+from streams.errors import StackError
 
 SYSTEM_SOCKET = "unix:///var/run/docker.sock"
 # Unix socket paths are limited to 108 bytes; a deep checkout falls back to a short path.

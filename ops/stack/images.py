@@ -16,9 +16,10 @@ from pathlib import Path
 import docker
 from docker.errors import BuildError, ImageNotFound
 
-from ops.console import StackError, say
+from ops.console import say
 from ops.paths import REPO_ROOT, Paths
 from ops.stack.apt import debian_mirror, ensure_commands
+from streams.errors import StackError
 
 IMAGES_DIR = REPO_ROOT / "ops" / "images"
 BASE_RECIPE = IMAGES_DIR / "base.txt"

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ops import process
-from ops.console import StackError
 from ops.paths import REPO_ROOT, Paths
 from ops.stack.health import Health
+from streams.errors import StackError
 
 JAEGER_MODULE = "github.com/jaegertracing/jaeger/cmd/jaeger"
 JAEGER_VERSION = "v1.76.0"  # the v2 binary (same commit as v2.13.0)

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from ops.console import StackError
+from streams.errors import StackError
 
 _PREFERRED = (Path("/usr/lib/jvm/java-17-openjdk-amd64"), Path("/usr/lib/jvm/java-17-openjdk-arm64"))
 

@@ -10,10 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ops import process
-from ops.console import StackError, say
+from ops.console import say
 from ops.paths import REPO_ROOT, Paths
 from ops.stack.health import Health
 from ops.stack.java import java_home
+from streams.errors import StackError
 
 # Newest first: the first that resolves with its dependencies is used and remembered in the cache.
 KAFKA_VERSIONS = ("4.5.0", "4.4.1", "4.4.0", "4.3.1", "4.3.0", "4.2.0", "4.1.1", "4.0.0")

@@ -11,7 +11,7 @@ from ops.console import say, step
 from ops.paths import Paths
 from ops.stack import docker_engine, images, jaeger, kafka
 from ops.stack.health import Health
-from ops.topics import ensure_topics
+from streams.kafka.topics import ensure_topics
 
 
 @dataclass(frozen=True)

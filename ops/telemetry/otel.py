@@ -1,4 +1,4 @@
-"""The `Tracer` of `ops.telemetry.tracing` on the OpenTelemetry SDK: batched OTLP gRPC export.
+"""The `Tracer` of `streams.telemetry.tracing` on the OpenTelemetry SDK: batched OTLP gRPC export.
 
 Imported only when tracing is on, so that a process with tracing off never loads the SDK.
 """
@@ -17,8 +17,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from ops.telemetry.attributes import EPISODE, Attributes
-from ops.telemetry.ids import SpanRef
+from streams.telemetry.attributes import EPISODE, Attributes
+from streams.telemetry.ids import SpanRef
 
 EXPORT_DELAY_MS = 1000  # spans reach Jaeger within about a second; the SDK's default is 5 s
 ROOT_SPAN = "episode"

@@ -1,6 +1,6 @@
-"""The `Metrics` of `ops.telemetry.metrics` on the OpenTelemetry SDK, read by a Prometheus scrape.
+"""The `Metrics` of `streams.telemetry.metrics` on the OpenTelemetry SDK, read by a Prometheus scrape.
 
-Instruments are made once, from the catalog in `ops.telemetry.metrics`; histograms get the catalog's
+Instruments are made once, from the catalog in `streams.telemetry.metrics`; histograms get the catalog's
 bucket boundaries through views. An in-memory reader holds cumulative values; each scrape collects them
 (gauge callbacks run then) and `ops.telemetry.prometheus` renders them. Imported only when metrics are on.
 """
@@ -16,8 +16,8 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader, MetricsData
 from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 from opentelemetry.sdk.resources import Resource
 
-from ops.telemetry import metrics as catalog
-from ops.telemetry.attributes import Attributes
+from streams.telemetry import metrics as catalog
+from streams.telemetry.attributes import Attributes
 
 
 class OtelMetrics:

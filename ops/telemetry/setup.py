@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 
 from ops.console import say
 from ops.telemetry import config as _config
-from ops.telemetry import metrics, tracing
 from ops.telemetry.config import TelemetryConfig
 from ops.telemetry.prometheus import MetricsServer
+from streams.telemetry import metrics, tracing
 
 
 @dataclass

@@ -25,10 +25,10 @@ from typing import Any
 from kafka import KafkaConsumer, TopicPartition
 
 from ops.paths import REPO_ROOT
-from ops.topics import topic_name
 from schemas.codec import DecodeError, default_codec
 from schemas.events import EpisodeCompleted, EpisodeFailed, EpisodeStarted, StepExecuted
 from schemas.requests import PolicyRequest, SandboxRequest, VerifyRequest
+from streams.kafka.topics import topic_name
 
 WORKER_KINDS = ("streams", "sandbox", "rollout", "verifier")
 READ_TOPICS = (

@@ -10,8 +10,8 @@ import pytest
 from kafka import KafkaProducer
 
 from ops.audit import EVENTS
-from ops.audit_cli import main
-from ops.topics import ensure_topics, topic_name
+from ops.cli.main import main as trialog
+from streams.kafka.topics import ensure_topics, topic_name
 from tests.unit.ops.test_audit import RunLog, healthy_run
 
 
@@ -32,7 +32,7 @@ def _write(bootstrap: str, run: str, log: RunLog) -> None:
 
 
 def _audit(bootstrap: str, run: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
-    code = main([run, "--json", "--bootstrap", bootstrap, "--timeout", "30"])
+    code = trialog(["audit", run, "--json", "--bootstrap", bootstrap, "--timeout", "30"])
     captured = capsys.readouterr()
     assert "audit: read" in captured.err  # progress on stderr, the report alone on stdout
     return code, json.loads(captured.out)
@@ -70,6 +70,6 @@ def test_a_redelivered_event_makes_the_run_unhealthy(
 
 
 def test_a_run_without_topics_is_an_error(kafka_bootstrap: str, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main([f"nosuch{uuid.uuid4().hex[:6]}", "--bootstrap", kafka_bootstrap])
+    code = trialog(["audit", f"nosuch{uuid.uuid4().hex[:6]}", "--bootstrap", kafka_bootstrap])
     assert code == 2
     assert "none of its topics exist" in capsys.readouterr().err

@@ -48,12 +48,14 @@ import pytest
 
 from actors.tasks.publish import publish_tasks
 from ops.audit import audit
-from ops.audit_cli import read_run
+from ops.cli.audit import read_run
 from ops.paths import REPO_ROOT, Paths
+from ops.stack.images import sandbox_ref
 from ops.testing import KafkaContainer
-from ops.topics import ensure_topics
+from schemas.blobs import LocalObjectStore
 from schemas.common import FailureClass
 from schemas.requests import SandboxRequest
+from streams.kafka.topics import ensure_topics
 from tests.integration.fault_helpers import Cluster, LogView, Reader, cgroups_running, dump, wait_for
 
 TASKS = REPO_ROOT / "examples" / "tasks"
@@ -260,7 +262,9 @@ def cluster(
     run = f"flt{uuid.uuid4().hex[:8]}"
     paths = Paths(tmp_path / "home", stack_paths.cache)
     ensure_topics(kafka_bootstrap, run)
-    publish_tasks(list(EXAMPLES), kafka_bootstrap, paths, run=run)
+    publish_tasks(
+        list(EXAMPLES), kafka_bootstrap, LocalObjectStore(paths.objects), str(sandbox_ref()), run=run
+    )
     made = Cluster(
         run, kafka_bootstrap, tmp_path, EXAMPLES, _actions(tmp_path / "actions.json"), paths.objects
     )

@@ -21,14 +21,16 @@ from pathlib import Path
 import docker
 from kafka import KafkaProducer
 
-from actors.scheduler.log import read_to_end
 from actors.tasks.publish import publish_tasks
 from ops.paths import REPO_ROOT, Paths
-from ops.topics import ensure_topics, topic_name
+from ops.stack.images import sandbox_ref
+from schemas.blobs import LocalObjectStore
 from schemas.codec import default_codec
 from schemas.commands import StartEpisode
 from schemas.common import FailureClass, Verdict
 from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
+from streams.kafka.reader import read_to_end
+from streams.kafka.topics import ensure_topics, topic_name
 from tests.unit.actors.requests import request_meta
 
 TASKS = REPO_ROOT / "examples" / "tasks"
@@ -39,7 +41,7 @@ RUN_TIMEOUT_S = 240
 
 def _run_cli(env: dict[str, str], *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "ops.run_cli", *args],
+        [sys.executable, "-m", "ops.cli", "run", *args],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,
@@ -147,9 +149,12 @@ def test_the_scheduler_holds_back_at_capacity_and_a_restart_starts_nothing_extra
     """No workers: the test ends the episodes itself (trajectories), so it decides when a slot frees."""
     run = f"sch{uuid.uuid4().hex[:8]}"
     ensure_topics(kafka_bootstrap, run)
-    publish_tasks([EXAMPLES[0]], kafka_bootstrap, Paths(tmp_path / "home", tmp_path / "cache"), run=run)
+    paths = Paths(tmp_path / "home", tmp_path / "cache")
+    publish_tasks(
+        [EXAMPLES[0]], kafka_bootstrap, LocalObjectStore(paths.objects), str(sandbox_ref()), run=run
+    )
     argv = [
-        sys.executable, "-m", "actors.scheduler.cli", "scheduler", "--run", run, "--episodes", "3",
+        sys.executable, "-m", "ops.cli", "worker", "scheduler", "--run", run, "--episodes", "3",
         "--capacity", "2", "--group-size", "2", "--bootstrap", kafka_bootstrap,
     ]  # fmt: skip
     log = tmp_path / "scheduler.log"

@@ -10,9 +10,9 @@ from typing import Any
 
 from kafka import KafkaConsumer
 
-from ops.kafka_serving import METADATA_MAX_AGE_MS
-from ops.topics import ensure_topics, topic_name
 from schemas.codec import default_codec
+from streams.kafka.serving import METADATA_MAX_AGE_MS
+from streams.kafka.topics import ensure_topics, topic_name
 
 CODEC = default_codec()
 

@@ -10,10 +10,10 @@ import sys
 from kafka import KafkaProducer
 
 from ops.paths import REPO_ROOT
-from ops.topics import topic_name
 from schemas.actions import ApplyPatch, Submit
 from schemas.deadletter import DeadLetter
 from schemas.events import ActionProposed
+from streams.kafka.topics import topic_name
 from tests.integration.actors.kafka_helpers import CODEC, new_run, next_records, reading
 from tests.unit.actors.requests import policy_request, request_meta
 
@@ -23,7 +23,7 @@ EXAMPLES = REPO_ROOT / "examples" / "tasks"
 def test_a_rollout_process_answers_requests_and_dead_letters_garbage(kafka_bootstrap: str) -> None:
     run = new_run(kafka_bootstrap, "rol")
     command = [
-        sys.executable, "-m", "actors.rollout.cli", "rollout", "--policy", "scripted",
+        sys.executable, "-m", "ops.cli", "worker", "rollout", "--policy", "scripted",
         "--solutions", str(EXAMPLES / "easy-fix-range"), "--bootstrap", kafka_bootstrap,
         "--run", run, "--group", f"{run}-rollout", "--instance", "r1",
     ]  # fmt: skip

@@ -17,8 +17,8 @@ from actors.rollout.llm import load_llm_policy
 from learner.model import prepare_model
 from learner.testing import tiny_chat_llama
 from ops.paths import REPO_ROOT, Paths
-from ops.topics import topic_name
 from schemas.events import ActionProposed
+from streams.kafka.topics import topic_name
 from tests.integration.actors.kafka_helpers import CODEC, new_run, next_records, reading
 from tests.unit.actors.requests import policy_request, request_meta
 
@@ -38,7 +38,7 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_an_llm_rollout_process_answers_with_logprobs(kafka_bootstrap: str, tiny_model_dir: Path) -> None:
     run = new_run(kafka_bootstrap, "llm")
     command = [
-        sys.executable, "-m", "actors.rollout.cli", "rollout", "--policy", "llm",
+        sys.executable, "-m", "ops.cli", "worker", "rollout", "--policy", "llm",
         "--model", str(tiny_model_dir), "--max-new-tokens", str(MAX_NEW_TOKENS), "--batch", "4",
         "--bootstrap", kafka_bootstrap, "--run", run, "--group", f"{run}-rollout", "--instance", "llm1",
     ]  # fmt: skip

@@ -10,7 +10,6 @@ import docker
 import pytest
 from kafka import KafkaProducer
 
-from actors.kafka_loop import LoopSettings, RequestLoop
 from actors.tasks.spec import Task, load_task
 from actors.tasks.verify import task_quotas
 from actors.verifier.grading import SnapshotGrader
@@ -19,14 +18,15 @@ from actors.verifier.worker import ROUTE, VerifierWorker
 from ops.paths import REPO_ROOT
 from ops.stack.images import sandbox_ref
 from ops.testing import owned_labels
-from ops.topics import topic_name
 from sandbox_agent.docker_backend import DockerBackend
 from sandbox_agent.hosttree import read_tree
 from sandbox_agent.limits import SandboxSpec
 from schemas.blobs import LocalObjectStore
 from schemas.common import Producer, Verdict
 from schemas.events import RewardAssigned
-from schemas.sources import Origin, SequentialIds, SystemClock
+from schemas.origin import Origin, SequentialIds, SystemClock
+from streams.kafka.request_loop import LoopSettings, RequestLoop
+from streams.kafka.topics import topic_name
 from tests.integration.actors.kafka_helpers import CODEC, new_run, next_records, reading
 from tests.unit.actors.requests import request_meta, verify_request
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from kafka import KafkaProducer
 
 from actors.rollout.weights import KafkaPublications
-from ops.topics import topic_name
 from schemas.codec import default_codec
 from schemas.publications import PolicyPublished
+from streams.kafka.topics import topic_name
 from tests.integration.actors.kafka_helpers import new_run
 from tests.publications_contract import check_publications_contract
 

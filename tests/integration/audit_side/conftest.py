@@ -54,8 +54,9 @@ def real_run(
     started = time.monotonic()
     result = subprocess.run(
         [
-            sys.executable, "-m", "ops.run_cli", "start", "--tasks", str(TASK), "--episodes", str(EPISODES),
-            "--policy", "scripted", "--run", name, "--spawn", "--bootstrap", kafka_bootstrap,
+            sys.executable, "-m", "ops.cli", "run", "start", "--tasks", str(TASK),
+            "--episodes", str(EPISODES), "--policy", "scripted", "--run", name, "--spawn",
+            "--bootstrap", kafka_bootstrap,
             "--capacity", "2",
         ],
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False,

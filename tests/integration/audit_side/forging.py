@@ -13,10 +13,10 @@ from kafka import KafkaProducer
 
 from ops.audit import AUDITED_TOPICS, LogRecord
 from ops.runlog import EVENTS, TASKS, read_topics
-from ops.topics import ensure_topics, topic_name
 from schemas.chain import digest
 from schemas.codec import default_codec
 from schemas.common import GENESIS_HASH
+from streams.kafka.topics import ensure_topics, topic_name
 
 Tamper = Callable[[Any], Any]
 

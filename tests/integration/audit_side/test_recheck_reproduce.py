@@ -11,11 +11,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from ops import audit_cli, replay_cli, reproduce_cli
+from ops.cli.main import main as trialog
 from schemas.common import Output, Verdict
 from schemas.events import EpisodeCompleted, RewardAssigned, StepExecuted
 from schemas.trajectories import TrajectoryCompleted
@@ -23,6 +24,11 @@ from tests.integration.audit_side.conftest import EPISODES, RealRun
 from tests.integration.audit_side.forging import forge, read_all
 
 CapSys = pytest.CaptureFixture[str]
+
+
+def _command(name: str) -> Callable[[list[str]], int]:
+    """`trialog NAME ARGV...` in this process."""
+    return lambda argv: trialog([name, *argv])
 
 
 def _json(main: Any, argv: list[str], capsys: CapSys) -> tuple[int, dict[str, Any]]:
@@ -33,7 +39,7 @@ def _json(main: Any, argv: list[str], capsys: CapSys) -> tuple[int, dict[str, An
 
 
 def _episodes(real_run: RealRun, capsys: CapSys, *extra: str) -> list[dict[str, Any]]:
-    code, out = _json(replay_cli.main, [real_run.name, "--json", *real_run.options()[:2], *extra], capsys)
+    code, out = _json(_command("replay"), [real_run.name, "--json", *real_run.options()[:2], *extra], capsys)
     assert code == 0
     episodes: list[dict[str, Any]] = out["episodes"]
     return episodes
@@ -58,7 +64,7 @@ def test_replay_prints_each_step_and_seeks_by_time(real_run: RealRun, capsys: Ca
 
 
 def test_the_human_forms_name_steps_and_verdicts(real_run: RealRun, capsys: CapSys) -> None:
-    assert replay_cli.main([real_run.name, *real_run.options()[:2]]) == 0
+    assert trialog(["replay", real_run.name, *real_run.options()[:2]]) == 0
     text = capsys.readouterr().out
     assert text.count("completed: reward 1 (pass)") == EPISODES and "apply_patch" in text
     assert "reward 1 (pass) at +" in text and "snapshot snap-" in text
@@ -66,7 +72,9 @@ def test_the_human_forms_name_steps_and_verdicts(real_run: RealRun, capsys: CapS
 
 def test_an_honest_run_rechecks_without_difference_and_reproduces(real_run: RealRun, capsys: CapSys) -> None:
     started = time.monotonic()
-    code, report = _json(audit_cli.main, [real_run.name, "--json", "--recheck", *real_run.options()], capsys)
+    code, report = _json(
+        _command("audit"), [real_run.name, "--json", "--recheck", *real_run.options()], capsys
+    )
     with capsys.disabled():
         print(f"audit --recheck of {EPISODES} episodes: {time.monotonic() - started:.1f} s")
     assert report["healthy"] is True, report
@@ -75,7 +83,7 @@ def test_an_honest_run_rechecks_without_difference_and_reproduces(real_run: Real
     episode = _episodes(real_run, capsys)[0]["episode_id"]
     argv = [episode, "--run", real_run.name, "--json", *real_run.options()]
     started = time.monotonic()
-    code, reproduced = _json(reproduce_cli.main, argv, capsys)
+    code, reproduced = _json(_command("reproduce"), argv, capsys)
     with capsys.disabled():
         print(f"reproduce of one 2-step episode: {time.monotonic() - started:.1f} s")
     assert reproduced["same"] is True and code == 0, reproduced
@@ -98,9 +106,9 @@ def test_a_forged_reward_is_found_by_the_recheck(real_run: RealRun, capsys: CapS
         return obj
 
     run = forge(real_run.bootstrap, real_run.name, forged)
-    code, plain = _json(audit_cli.main, [run, "--json", *real_run.options()], capsys)
+    code, plain = _json(_command("audit"), [run, "--json", *real_run.options()], capsys)
     assert code == 0 and plain["healthy"] is True and plain["completed"] == EPISODES  # chains re-linked
-    code, report = _json(audit_cli.main, [run, "--json", "--recheck", *real_run.options()], capsys)
+    code, report = _json(_command("audit"), [run, "--json", "--recheck", *real_run.options()], capsys)
     assert code == 1 and report["healthy"] is True
     recheck = report["recheck"]
     assert recheck["rechecked"] == EPISODES and recheck["episodes_differing"] == 1 and recheck["errors"] == 0
@@ -120,10 +128,10 @@ def test_an_altered_observation_is_named_by_reproduce_at_its_step(real_run: Real
         return obj
 
     run = forge(real_run.bootstrap, real_run.name, altered)
-    code, plain = _json(audit_cli.main, [run, "--json", *real_run.options()], capsys)
+    code, plain = _json(_command("audit"), [run, "--json", *real_run.options()], capsys)
     assert code == 0 and plain["healthy"] is True
     code, reproduced = _json(
-        reproduce_cli.main, [victim, "--run", run, "--json", *real_run.options()], capsys
+        _command("reproduce"), [victim, "--run", run, "--json", *real_run.options()], capsys
     )
     assert code == 1 and reproduced["same"] is False, reproduced
     assert reproduced["first_divergent_step"] == 0

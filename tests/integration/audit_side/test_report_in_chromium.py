@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from ops.report import cli as report_cli
+from ops.cli import report as report_cli
+from ops.cli.main import main as trialog
 from ops.report.links import trace_id
 from tests.integration.audit_side.conftest import RealRun
 
@@ -88,7 +89,7 @@ def test_the_report_of_a_real_run_renders_without_console_errors(
         "--jaeger",
         "http://127.0.0.1:1",
     ]
-    assert report_cli.main(argv) == 0
+    assert trialog(["report", *argv]) == 0
     page = out / report_cli.PAGE
     assert capsys.readouterr().out.strip() == str(page)
     rendered = render(chromium, page, tmp_path / "profile")

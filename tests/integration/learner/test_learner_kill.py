@@ -16,10 +16,10 @@ from kafka import KafkaProducer
 
 from learner import checkpoint, testing
 from ops.paths import REPO_ROOT
-from ops.topics import topic_name
 from schemas.blobs import LocalObjectStore
 from schemas.codec import default_codec
 from schemas.publications import PolicyPublished
+from streams.kafka.topics import topic_name
 from tests.integration.actors.kafka_helpers import new_run, reading
 
 CODEC = default_codec()
@@ -64,7 +64,7 @@ def learner(
     tmp_path: Path, tiny_model_dir: Path, kafka_bootstrap: str
 ) -> Iterator[tuple[str, LearnerProcess]]:
     run = new_run(kafka_bootstrap, "learnerkill")
-    argv = [sys.executable, "-m", "learner.worker_cli", "learner", "--run", run,
+    argv = [sys.executable, "-m", "ops.cli", "worker", "learner", "--run", run,
             "--bootstrap", kafka_bootstrap, "--model", str(tiny_model_dir),
             "--group-size", str(GROUP_SIZE), "--max-staleness", "1000",
             "--groups-per-step", "1",  # one version per group: the kills fall between known versions

@@ -32,7 +32,6 @@ import pytest
 from kafka import KafkaConsumer, TopicPartition
 
 from actors.rollout.weights import KafkaPublications
-from actors.scheduler.log import read_to_end
 from actors.tasks.spec import load_task
 from actors.tasks.toy import ToyTask, import_toy
 from learner import checkpoint
@@ -40,14 +39,15 @@ from learner.model import prepare_model
 from learner.testing import Taught, taught_tiny_model
 from ops.demo.run import DemoSettings, Stage, schedule, start_training, training_target
 from ops.paths import Paths
-from ops.run_cli import Workers, validate_tasks
-from ops.topics import topic_name
+from ops.run_workers import Workers, validate_tasks
 from schemas.blobs import LocalObjectStore
 from schemas.codec import default_codec
 from schemas.commands import StartEpisode
 from schemas.events import ActionProposed
 from schemas.publications import PolicyPublished
 from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
+from streams.kafka.reader import read_to_end
+from streams.kafka.topics import topic_name
 from tests.integration.fault_helpers import audited_healthy
 
 CODEC = default_codec()

@@ -1,4 +1,4 @@
-"""Running `trialog sandbox ...` in-process, through a parser built the way ops/cli.py builds it."""
+"""Running `trialog sandbox ...` in-process, through a parser built the way ops/cli/main.py builds it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from sandbox_agent.cli import register
+from ops.cli.sandbox import register
 from tests.integration.sandbox.conftest import TEST_LABELS
 
 LABEL_ARGS = [arg for key, value in TEST_LABELS.items() for arg in ("--label", f"{key}={value}")]

@@ -16,9 +16,7 @@ import docker
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
 
-from ops.kafka_serving import METADATA_MAX_AGE_MS
 from ops.stack.images import sandbox_ref
-from ops.topics import ensure_topics, topic_name
 from sandbox_agent.docker_backend import DockerBackend
 from sandbox_agent.idempotent import RocksResultStore
 from sandbox_agent.kafka_worker import KafkaSettings, SandboxRequestLoop
@@ -30,8 +28,10 @@ from schemas.codec import default_codec
 from schemas.common import FailureClass, Producer
 from schemas.deadletter import DeadLetter
 from schemas.events import EpisodeFailed, StepExecuted
+from schemas.origin import Origin, SequentialIds, SystemClock
 from schemas.requests import SandboxRequest
-from schemas.sources import Origin, SequentialIds, SystemClock
+from streams.kafka.serving import METADATA_MAX_AGE_MS
+from streams.kafka.topics import ensure_topics, topic_name
 from tests.integration.sandbox.conftest import TEST_LABELS
 from tests.unit.sandbox.requests import sandbox_request
 

@@ -1,6 +1,6 @@
 """The streams worker as a process on real Kafka: this test plays the rollout, sandbox and verifier workers.
 
-One episode runs to completion through `python -m streams.worker`; a duplicate answer appends nothing; the
+One episode runs to completion through `trialog worker streams`; a duplicate answer appends nothing; the
 worker is killed with SIGKILL in the middle of the episode and restarted, and the episode still completes
 with every event logged once and a chain that verifies.
 """
@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from ops.topics import TOPICS, ensure_topics, topic_name
 from schemas.actions import Submit
 from schemas.blobs import BlobRef
 from schemas.chain import digest, verify_chain
@@ -35,6 +34,7 @@ from schemas.requests import PolicyRequest, SandboxRequest, VerifyRequest
 from schemas.state import Phase
 from schemas.trajectories import TrajectoryCompleted
 from streams.app import FAULT_ENV
+from streams.kafka.topics import TOPICS, ensure_topics, topic_name
 from tests.unit.streams.world import EPISODE, TASK, Workers, start_command
 
 CODEC = default_codec()
@@ -89,7 +89,9 @@ class StreamsWorker:
         self.args = [
             sys.executable,
             "-m",
-            "streams.worker",
+            "ops.cli",
+            "worker",
+            "streams",
             "--bootstrap",
             bootstrap,
             "--run",

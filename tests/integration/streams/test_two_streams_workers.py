@@ -24,9 +24,9 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from ops.bench.pipeline_workers import NullWorkers, start_commands, task_record
 from ops.paths import REPO_ROOT
-from ops.topics import TOPICS, ensure_topics, topic_name
 from schemas.codec import default_codec
 from schemas.requests import PolicyRequest, SandboxRequest, VerifyRequest
+from streams.kafka.topics import TOPICS, ensure_topics, topic_name
 from tests.integration.fault_helpers import audited_healthy
 
 EPISODES, STEPS = 40, 6
@@ -37,7 +37,7 @@ PARTITIONS = {spec.name: spec.partitions for spec in TOPICS}
 
 def _start_worker(bootstrap: str, run: str, name: str, folder: Path) -> subprocess.Popen[bytes]:
     argv = [
-        sys.executable, "-m", "streams.worker", "--bootstrap", bootstrap, "--run", run,
+        sys.executable, "-m", "ops.cli", "worker", "streams", "--bootstrap", bootstrap, "--run", run,
         "--data-dir", str(folder / f"data-{name}"), "--instance", name, "--standby-replicas", "1",
     ]  # fmt: skip
     with (folder / f"{name}.log").open("ab") as out:

@@ -21,12 +21,12 @@ from typing import Any
 
 import docker
 
-from actors.scheduler.log import read_to_end
 from ops.paths import REPO_ROOT
-from ops.telemetry.ids import episode_root_span_id, episode_trace_id
 from ops.testing import JaegerProcess
-from ops.topics import topic_name
 from schemas.commands import StartEpisode
+from streams.kafka.reader import read_to_end
+from streams.kafka.topics import topic_name
+from streams.telemetry.ids import episode_root_span_id, episode_trace_id
 
 EXAMPLE = REPO_ROOT / "examples" / "tasks" / "easy-fix-add"
 SERVICES = {"trialog-scheduler", "trialog-streams", "trialog-rollout", "trialog-sandbox", "trialog-verifier"}
@@ -88,7 +88,7 @@ def test_one_episode_is_one_trace_across_every_worker(
     env = {**os.environ, "TRIALOG_HOME": str(home), "PYTHONUNBUFFERED": "1", "TRIALOG_TRACING": "on"}
     result = subprocess.run(
         [
-            sys.executable, "-m", "ops.run_cli", "start", "--tasks", str(EXAMPLE), "--episodes", "2",
+            sys.executable, "-m", "ops.cli", "run", "start", "--tasks", str(EXAMPLE), "--episodes", "2",
             "--policy", "scripted", "--run", run, "--spawn", "--bootstrap", kafka_bootstrap,
             "--capacity", "2", "--otlp-endpoint", jaeger_process.ports.otlp_grpc_endpoint,
         ],

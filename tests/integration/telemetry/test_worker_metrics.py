@@ -15,7 +15,7 @@ from kafka import KafkaProducer
 
 from ops.paths import REPO_ROOT
 from ops.process import free_port
-from ops.topics import topic_name
+from streams.kafka.topics import topic_name
 from tests.integration.actors.kafka_helpers import CODEC, new_run, next_records, reading
 from tests.unit.actors.requests import policy_request, request_meta
 
@@ -32,7 +32,7 @@ def test_a_worker_serves_its_metrics_and_tracing_off_sends_no_traceparent(kafka_
     run = new_run(kafka_bootstrap, "met")
     port = free_port()
     command = [
-        sys.executable, "-m", "actors.rollout.cli", "rollout", "--policy", "random",
+        sys.executable, "-m", "ops.cli", "worker", "rollout", "--policy", "random",
         "--bootstrap", kafka_bootstrap, "--run", run, "--group", f"{run}-rollout", "--instance", "m1",
         "--metrics-port", str(port),
     ]  # fmt: skip

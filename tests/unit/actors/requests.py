@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from schemas.common import EventMeta, Producer
+from schemas.origin import FixedClock, Origin, SequentialIds
 from schemas.requests import PolicyRequest, ResourceLimits, SamplingParams, VerifyRequest
-from schemas.sources import FixedClock, Origin, SequentialIds
 
 SNAPSHOT = f"snap-{'ab' * 32}-120"
 

@@ -12,18 +12,18 @@ import pytest
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from actors.kafka_loop import LoopSettings, Refused, RequestLoop
-from actors.rollout import cli as rollout_cli
-from actors.rollout.plugins import RandomPolicy, ScriptedPolicy
+from actors.rollout.simple_policies import RandomPolicy, ScriptedPolicy
 from actors.rollout.worker import ROUTE, RolloutWorker
-from actors.verifier import cli as verifier_cli
+from ops.cli.workers import rollout as rollout_cli
+from ops.cli.workers import verifier as verifier_cli
 from ops.paths import REPO_ROOT
-from ops.telemetry import tracing
-from ops.telemetry.ids import TRACEPARENT, SpanRef, episode_trace_id, traceparent_from_headers
 from ops.telemetry.otel import OtelTracer
 from schemas.codec import default_codec
 from schemas.events import ActionProposed
 from schemas.requests import PolicyRequest
+from streams.kafka.request_loop import LoopSettings, Refused, RequestLoop
+from streams.telemetry import tracing
+from streams.telemetry.ids import TRACEPARENT, SpanRef, episode_trace_id, traceparent_from_headers
 from tests.unit.actors.requests import fixed_origin, policy_request, request_meta, verify_request
 
 CODEC = default_codec()

@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from actors.kafka_loop import Refused
-from actors.rollout.plugins import RandomPolicy, ScriptedPolicy, seed_for, solution_script
 from actors.rollout.policy import PolicyError, Sample, parse_action, render_action
+from actors.rollout.simple_policies import RandomPolicy, ScriptedPolicy, seed_for, solution_script
 from actors.rollout.worker import RolloutWorker, action_proposed
 from actors.tasks.patch import apply_patch, parse_patch, read_tree_file
 from actors.tasks.spec import load_task
@@ -19,6 +18,7 @@ from ops.paths import REPO_ROOT
 from schemas.actions import ApplyPatch, RunCommand, Submit, WriteFile
 from schemas.codec import default_codec
 from schemas.events import ActionProposed
+from streams.kafka.request_loop import Refused
 from tests.unit.actors.requests import fixed_origin, policy_request, request_meta
 
 EXAMPLES = REPO_ROOT / "examples" / "tasks"

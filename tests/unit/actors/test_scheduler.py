@@ -8,8 +8,8 @@ import hashlib
 
 import pytest
 
-from actors.scheduler.cli import register, target_from_args
 from actors.scheduler.core import SchedulerState, Target, decide, episode_seed, progress
+from ops.cli.workers.scheduler import register, target_from_args
 from schemas.blobs import BlobRef
 from schemas.codec import default_codec
 from schemas.commands import StartEpisode

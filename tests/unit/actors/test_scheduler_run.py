@@ -14,8 +14,9 @@ from typing import Any
 from actors.scheduler.core import Target
 from actors.scheduler.status import RunStatus
 from actors.scheduler.worker import SchedulerProcess, SchedulerSettings
+from ops.cli.run import register
 from ops.paths import Paths
-from ops.run_cli import Workers, register, worker_commands
+from ops.run_workers import Workers, worker_commands
 from schemas.blobs import BlobRef
 from schemas.codec import default_codec
 from schemas.commands import StartEpisode

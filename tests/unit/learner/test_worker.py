@@ -17,13 +17,13 @@ from learner.samples import BytesPromptEncoder
 from learner.state import PlannerConfig, Position, Unreadable
 from learner.trainer import TrainSettings
 from learner.worker import STATS_FILE, Learner, LearnerSettings, Polled, inputs, run
-from ops.telemetry import tracing
-from ops.telemetry.ids import TRACEPARENT, SpanRef, episode_root_span_id, episode_trace_id
 from ops.telemetry.otel import OtelTracer
 from schemas.blobs import MemoryObjectStore
 from schemas.codec import default_codec
+from schemas.origin import FixedClock
 from schemas.publications import PolicyPublished
-from schemas.sources import FixedClock
+from streams.telemetry import tracing
+from streams.telemetry.ids import TRACEPARENT, SpanRef, episode_root_span_id, episode_trace_id
 from tests.unit.actors.requests import fixed_origin
 
 TOPIC = "run-test.trajectories.completed"

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from ops.console import StackError
 from ops.stack.apt import debian_mirror
+from streams.errors import StackError
 
 
 def _sources(tmp_path: Path, files: dict[str, str]) -> Path:

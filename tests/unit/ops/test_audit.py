@@ -9,14 +9,14 @@ from collections import defaultdict
 
 import pytest
 
-from ops import audit_cli
 from ops.audit import EVENTS, LogRecord, audit
-from ops.audit_cli import register
+from ops.cli import audit as audit_cli
+from ops.cli.audit import register
 from schemas.actions import RunCommand, Submit
 from schemas.codec import Codec, default_codec
 from schemas.common import EpisodeConfig, FailureClass, Verdict
+from schemas.origin import FixedClock
 from schemas.requests import PolicyRequest, SamplingParams, SandboxRequest, VerifyRequest
-from schemas.sources import FixedClock
 from schemas.testing import EpisodeScript
 from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ops.cli import build_parser
+from ops.cli.main import build_parser
 from ops.progress import ProgressBar
 
 

@@ -12,8 +12,8 @@ from ops.bench.pipeline_workers import TASK_ID, TASK_VERSION, NullWorkers, start
 from schemas.actions import RunCommand, Submit
 from schemas.common import Producer
 from schemas.events import ActionProposed, RewardAssigned, StepExecuted
+from schemas.origin import FixedClock, Origin, SequentialIds
 from schemas.requests import PolicyRequest, SamplingParams, SandboxRequest, VerifyRequest
-from schemas.sources import FixedClock, Origin, SequentialIds
 
 
 def _meta(step: int):  # type: ignore[no-untyped-def]

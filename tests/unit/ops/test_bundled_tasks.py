@@ -13,8 +13,8 @@ from ops.audit_sandboxes import OverlayStore
 from ops.bundled_tasks import BundledTasks
 from ops.paths import REPO_ROOT
 from schemas.blobs import MemoryObjectStore
+from schemas.origin import Origin
 from schemas.publications import TaskPublished
-from schemas.sources import Origin
 
 EXAMPLE = REPO_ROOT / "examples" / "tasks" / "easy-fix-add"
 

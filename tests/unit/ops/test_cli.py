@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from ops.cli import build_parser, main
+from ops.cli.main import build_parser, main
 from ops.process import free_port
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from actors.scheduler.status import RunStatus
-from ops.demo.cli import register, settings_from_args
+from ops.cli.demo import register, settings_from_args
 from ops.demo.summary import DemoSummary, Training, evaluation
 
 

@@ -8,8 +8,8 @@ import pytest
 from kafka.errors import KafkaConnectionError
 from kafka.structs import TopicPartition
 
-from ops import kafka_serving
-from ops.kafka_serving import poll, serve_in_order
+from streams.kafka import serving as kafka_serving
+from streams.kafka.serving import poll, serve_in_order
 
 TP = TopicPartition("sandbox.requests", 0)
 

@@ -15,12 +15,12 @@ from ops.report.html import render_page
 from ops.report.links import trace_id, trace_url
 from ops.report.svg import bar_chart, histogram, histogram_chart, nice_step
 from ops.runlog import LoggedRun
-from ops.telemetry import tracing
 from ops.telemetry.otel import OtelTracer
 from schemas.blobs import BlobRef
 from schemas.codec import default_codec
 from schemas.common import FailureClass, Producer, RecordMeta
 from schemas.publications import PolicyPublished
+from streams.telemetry import tracing
 from tests.unit.ops.test_audit import Episode, healthy_run
 
 SVG = "{http://www.w3.org/2000/svg}"

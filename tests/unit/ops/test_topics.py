@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from ops.topics import TOPICS, topic_name
+from streams.kafka.topics import TOPICS, topic_name
 
 
 def test_run_prefix() -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_agent.cli import labels_from_args, print_step, register, run_once, spec_from_args
+from ops.cli.sandbox import labels_from_args, print_step, register, run_once, spec_from_args
 from sandbox_agent.limits import GIB, MIB, ExecLimits, Quotas
 from sandbox_agent.local_backend import LocalProcessBackend
 from sandbox_agent.manifest import SnapshotId

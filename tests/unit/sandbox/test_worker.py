@@ -17,7 +17,7 @@ from schemas.blobs import MemoryObjectStore
 from schemas.codec import default_codec
 from schemas.common import FailureClass, Producer
 from schemas.events import EpisodeFailed, StepExecuted
-from schemas.sources import FixedClock, Origin, SequentialIds
+from schemas.origin import FixedClock, Origin, SequentialIds
 from tests.unit.sandbox.requests import sandbox_request
 
 

@@ -15,7 +15,7 @@ from schemas.blobs import (
     text_or_ref,
 )
 from schemas.common import GENESIS_HASH, Output, Producer
-from schemas.sources import FixedClock, Origin, RandomIds, SequentialIds, SystemClock
+from schemas.origin import FixedClock, Origin, RandomIds, SequentialIds, SystemClock
 
 
 def test_local_store_is_content_addressed_and_verifies_reads(tmp_path: Path) -> None:

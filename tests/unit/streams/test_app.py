@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from aiokafka.consumer.fetcher import Fetcher
 
+from ops.cli.workers.streams import register
 from streams.app import (
     BLOCK_CACHE_BYTES,
     FETCH_MAX_WAIT_MS,
@@ -22,7 +23,6 @@ from streams.app import (
     next_batch,
     tune_fetcher,
 )
-from streams.cli import register
 
 
 def test_the_app_and_its_table_belong_to_the_run(tmp_path: Path) -> None:

@@ -15,13 +15,13 @@ from schemas.common import FailureClass
 from schemas.deadletter import DeadLetter
 from schemas.events import EPISODE_EVENT_TYPES, EpisodeEvent
 from schemas.fold import fold
+from schemas.origin import Origin
 from schemas.record import Record
 from schemas.requests import PolicyRequest, SamplingParams, SandboxRequest, VerifyRequest
-from schemas.sources import Origin
 from schemas.state import Phase
 from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
 from streams.owner import OwnerState, TaskInfo
-from streams.tables import Row
+from streams.rows import Row
 from streams.worker import EpisodeWorker, Headers, Input
 from tests.unit.streams.world import (
     CONFIG,

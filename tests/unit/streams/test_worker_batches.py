@@ -13,15 +13,15 @@ import pytest
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from ops.telemetry import tracing
-from ops.telemetry.ids import TRACEPARENT, SpanRef, episode_trace_id, traceparent_from_headers
 from ops.telemetry.otel import OtelTracer
 from schemas.chain import digest, verify_chain
 from schemas.commands import AbortEpisode, StartEpisode
 from schemas.events import ActionProposed
 from schemas.requests import PolicyRequest
 from schemas.state import Phase
-from streams.tables import ROW_MAGIC_V2, Row
+from streams.rows import ROW_MAGIC_V2, Row
+from streams.telemetry import tracing
+from streams.telemetry.ids import TRACEPARENT, SpanRef, episode_trace_id, traceparent_from_headers
 from streams.worker import EpisodeWorker, Headers, Input
 from tests.unit.streams.test_worker import CODEC, Crash, Log, Rows, World, _play
 from tests.unit.streams.world import EPISODE, abort_command, start_command

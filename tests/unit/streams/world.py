@@ -10,8 +10,8 @@ from schemas.actions import Action, RunCommand
 from schemas.commands import AbortEpisode, StartEpisode
 from schemas.common import EpisodeConfig, FailureClass, Output, Producer, RecordMeta, Verdict
 from schemas.events import ActionProposed, EpisodeFailed, RewardAssigned, StepExecuted
+from schemas.origin import FixedClock, Origin, SequentialIds
 from schemas.requests import PolicyRequest, ResourceLimits, SandboxRequest, VerifyRequest
-from schemas.sources import FixedClock, Origin, SequentialIds
 from streams.owner import (
     Answer,
     Appended,

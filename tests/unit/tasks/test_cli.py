@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.tasks.cli import register
+from ops.cli.tasks import register
 
 from .helpers import make_task
 

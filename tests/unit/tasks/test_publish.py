@@ -14,8 +14,8 @@ def test_a_published_task_carries_its_repo_snapshot_and_limits(tmp_path: Path) -
     from sandbox_agent.snapshots import SnapshotStore
     from schemas.blobs import BlobRef, LocalObjectStore
     from schemas.common import Producer
-    from schemas.sources import FixedClock, Origin, SequentialIds
-    from streams.tables import task_info
+    from schemas.origin import FixedClock, Origin, SequentialIds
+    from streams.rows import task_info
 
     task = load_task(REPO_ROOT / "examples" / "tasks" / "easy-fix-range")
     store = LocalObjectStore(tmp_path / "objects")

@@ -6,7 +6,7 @@ import hashlib
 
 import pytest
 
-from ops.telemetry.ids import (
+from streams.telemetry.ids import (
     SpanRef,
     episode_root_span_id,
     episode_trace_id,

@@ -9,12 +9,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from ops.telemetry import episodes, metrics, tracing
 from ops.telemetry.otel_metrics import OtelMetrics
 from ops.telemetry.prometheus import CONTENT_TYPE, MetricsServer, metric_name, render
 from schemas.common import FailureClass, Verdict
 from schemas.events import EpisodeFailed, RewardAssigned
 from schemas.state import EpisodeState
+from streams.telemetry import episodes, metrics, tracing
 from tests.unit.actors.requests import request_meta
 
 

@@ -12,9 +12,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from ops.paths import REPO_ROOT
-from ops.telemetry import config, tracing
-from ops.telemetry.ids import SpanRef, episode_root_span_id, episode_trace_id, parse_traceparent
+from ops.telemetry import config
 from ops.telemetry.otel import OtelTracer
+from streams.telemetry import tracing
+from streams.telemetry.ids import SpanRef, episode_root_span_id, episode_trace_id, parse_traceparent
 from tests.unit.actors.requests import policy_request, request_meta
 
 
@@ -142,7 +143,7 @@ def test_trialog_tracing_off_wins_over_every_endpoint() -> None:
 def test_a_process_with_tracing_off_never_loads_the_sdk() -> None:
     code = (
         "import sys\n"
-        "from ops.telemetry import config, setup, tracing\n"
+        "from ops.telemetry import config, setup\nfrom streams.telemetry import tracing\n"
         "t = setup.start(config.resolve('trialog-x', '127.0.0.1:4317', None, {'TRIALOG_TRACING': 'off'}))\n"
         "with tracing.consumed_span('policy.call', 'ep-1'):\n"
         "    assert tracing.outgoing_headers() == []\n"

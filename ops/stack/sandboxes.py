@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
-from ops.console import StackError
 from ops.paths import Paths
 from ops.stack import docker_engine, images
 from sandbox_agent.docker_backend import DockerBackend
 from schemas.blobs import LocalObjectStore
+from streams.errors import StackError
 
 
 @contextmanager

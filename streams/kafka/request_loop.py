@@ -27,13 +27,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
-from ops.kafka_serving import SEND_TIMEOUT_S, Consuming, dead_letter, serve_requests, trace_headers
-from ops.telemetry import tracing
-from ops.topics import topic_name
 from schemas.codec import Codec, DecodeError, default_codec
 from schemas.common import EventMeta
+from schemas.origin import Origin
 from schemas.record import Record
-from schemas.sources import Origin
+from streams.kafka.serving import SEND_TIMEOUT_S, Consuming, dead_letter, serve_requests, trace_headers
+from streams.kafka.topics import topic_name
+from streams.telemetry import tracing
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, TextIO
 
 from ops.audit import AUDITED_TOPICS, DEFAULT_STALE_AFTER_S, Auditor, LogRecord
-from ops.log_options import add_log_options, bootstrap_of, local_tasks, objects_of
+from ops.cli.run_log_args import add_log_options, bootstrap_of, local_tasks, objects_of
 from ops.runlog import TASKS, LoggedRun, LogReadError, read_topics
 from schemas.codec import default_codec
 
@@ -150,13 +150,3 @@ def read_run(
     at the start, each partition in offset order. Raises `AuditError` when Kafka cannot be reached or a
     topic is missing."""
     return read_topics(bootstrap, run, (*AUDITED_TOPICS, *extra), timeout_s=timeout_s, progress=progress)
-
-
-def main(argv: list[str] | None = None) -> int:
-    from ops.cli import run_group
-
-    return run_group(register, "trialog", ["audit", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -4,7 +4,7 @@ A process installs its tracer once at start (`ops.telemetry.setup`); the hooks i
 functions of this module, which go to the installed tracer (the no-op one by default, so code run without
 setup, tests included, traces nothing and pays one function call per hook).
 
-Parenting, with no coordination between processes (`ops.telemetry.ids`):
+Parenting, with no coordination between processes (`streams.telemetry.ids`):
 * a span for a consumed record hangs under the span named by the record's `traceparent` header (the span
   of the process that sent it), else under the episode's root span, whose ids every process derives from
   the episode id;
@@ -15,7 +15,7 @@ Parenting, with no coordination between processes (`ops.telemetry.ids`):
 For a consumer written later (the learner reads `trajectories.completed`, keyed by task id, so it names
 the episode itself; the record's header names the owner's span that published the trajectory):
 
-    from ops.telemetry import metrics, tracing
+    from streams.telemetry import metrics, tracing
     with tracing.consumed_span(
         "learner.consume", trajectory.meta.episode_id, {"trialog.learner.version": version},
         headers=record.headers, topic=record.topic, partition=record.partition, offset=record.offset,
@@ -32,9 +32,9 @@ import time
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from ops.telemetry import metrics as _metrics
-from ops.telemetry.attributes import Attributes, AttributeValue, kafka_attributes, record_attributes
-from ops.telemetry.ids import TRACEPARENT, Headers, SpanRef, traceparent_from_headers
+from streams.telemetry import metrics as _metrics
+from streams.telemetry.attributes import Attributes, AttributeValue, kafka_attributes, record_attributes
+from streams.telemetry.ids import TRACEPARENT, Headers, SpanRef, traceparent_from_headers
 
 # The span of handling a request, by the request topic's base name (the loops are shared by workers).
 SPAN_NAMES = {

@@ -17,32 +17,28 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from actors.scheduler.cli import add_target_arguments, target_from_args
-from ops.console import StackError
-from ops.paths import REPO_ROOT, Paths
+from ops.cli.workers.scheduler import add_target_arguments, target_from_args
+from ops.paths import Paths
 from ops.progress import ProgressBar
+from ops.run_workers import Workers, validate_tasks, worker_commands
+from ops.stack.images import sandbox_ref
 from ops.telemetry import config as telemetry_config
+from schemas.blobs import LocalObjectStore
+from streams.errors import StackError
 
 if TYPE_CHECKING:
     from actors.scheduler.status import RunStatus
     from actors.scheduler.worker import SchedulerProcess, SchedulerSettings
-    from ops.telemetry.config import TelemetryConfig
 
 POLICIES = ("scripted", "random", "llm")
-WORKER_KINDS = ("streams", "sandbox", "rollout", "verifier")
-STOP_GRACE_S = 30.0
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -94,95 +90,6 @@ def _bootstrap(args: argparse.Namespace) -> str:
     return StackConfig.load(Paths.from_env()).kafka.bootstrap
 
 
-def worker_commands(
-    run: str,
-    bootstrap: str,
-    policy: str,
-    tasks: Sequence[Path],
-    paths: Paths,
-    rollout_args: Sequence[str] = (),
-    telemetry: TelemetryConfig | None = None,
-) -> dict[str, list[str]]:
-    """The command line of each worker kind for `run` (one process each); `rollout_args` are more
-    options of the rollout worker (the model, a pinned policy version); with `telemetry`, each traces
-    to its endpoint and serves metrics on the n-th port after its port (streams +1, sandbox +2, ...)."""
-    base = [sys.executable, "-m", "ops.cli", "worker"]
-    common = ["--run", run, "--bootstrap", bootstrap]
-    home = paths.component("runs") / (run or "default")
-    folders = [arg for folder in tasks for arg in ("--tasks", str(folder))]
-    rollout = ["--policy", policy, *rollout_args]
-    if policy == "scripted":
-        rollout += [arg for folder in tasks for arg in ("--solutions", str(folder))]
-    commands = {
-        "streams": [*base, "streams", *common, "--data-dir", str(home / "streams-data")],
-        "sandbox": [
-            *base, "sandbox", *common, "--group", f"{run}.trialog-sandbox",
-            "--objects", str(paths.objects), "--state", str(home / "sandbox-steps"),
-        ],
-        "rollout": [*base, "rollout", *common, "--group", f"{run}.trialog-rollout", *rollout],
-        "verifier": [
-            *base, "verifier", *common, "--group", f"{run}.trialog-verifier",
-            *folders, "--objects", str(paths.objects),
-        ],
-    }  # fmt: skip
-    if telemetry is not None:
-        for offset, argv in enumerate(commands.values(), start=1):
-            argv += telemetry_config.worker_options(telemetry, offset)
-    return commands
-
-
-@dataclass
-class Workers:
-    """Worker subprocesses of one run; `stop` ends them (SIGTERM, then SIGKILL after `grace_s`)."""
-
-    logs: Path
-    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
-
-    def start(self, commands: dict[str, list[str]]) -> None:
-        self.logs.mkdir(parents=True, exist_ok=True)
-        for kind, argv in commands.items():
-            with (self.logs / f"{kind}.log").open("ab") as out:
-                self.processes[kind] = subprocess.Popen(
-                    argv, cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-                )
-            _say(f"started {kind} worker (pid {self.processes[kind].pid}), log {self.logs / f'{kind}.log'}")
-
-    def kill(self, kind: str) -> int:
-        """SIGKILL the `kind` worker (a crash, not a shutdown) and stop watching it; returns its exit code.
-        `start({kind: argv})` starts it again, appending to the same log."""
-        process = self.processes.pop(kind)
-        if process.poll() is None:
-            process.send_signal(signal.SIGKILL)
-        return process.wait()
-
-    def dead(self) -> dict[str, int]:
-        """Workers that exited already, with their exit codes."""
-        return {kind: code for kind, p in self.processes.items() if (code := p.poll()) is not None}
-
-    def stop(self, grace_s: float = STOP_GRACE_S) -> dict[str, int]:
-        """Stop every worker; returns their exit codes."""
-        for process in self.processes.values():
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        give_up = time.monotonic() + grace_s
-        codes: dict[str, int] = {}
-        for kind, process in self.processes.items():
-            try:
-                codes[kind] = process.wait(timeout=max(0.1, give_up - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                _say(f"{kind} worker (pid {process.pid}) did not stop in {grace_s:.0f} s: killing it")
-                process.kill()
-                codes[kind] = process.wait()
-        return codes
-
-
-def validate_tasks(tasks: Sequence[Path]) -> None:
-    argv = [sys.executable, "-m", "ops.cli", "tasks", "validate", *map(str, tasks), "--runs", "1"]
-    _say("validating the tasks (trialog tasks validate --runs 1)")
-    if subprocess.run(argv, cwd=REPO_ROOT, check=False).returncode != 0:
-        raise StackError("some tasks are not valid", "fix or remove them (trialog tasks validate)")
-
-
 def read_status(bootstrap: str, run: str) -> RunStatus:
     from actors.scheduler.status import read_status as read
 
@@ -194,7 +101,7 @@ def _cmd_run_start(args: argparse.Namespace) -> int:
     from actors.tasks.publish import publish_tasks
     from actors.tasks.spec import TaskError, find_tasks
     from ops.telemetry.setup import start as start_telemetry
-    from ops.topics import ensure_topics
+    from streams.kafka.topics import ensure_topics
 
     run = args.run if args.run is not None else f"run-{uuid.uuid4().hex[:8]}"
     try:
@@ -209,7 +116,9 @@ def _cmd_run_start(args: argparse.Namespace) -> int:
         validate_tasks(args.tasks)
     created = ensure_topics(bootstrap, run)
     _say(f"run {run}: {len(created)} topics created on {bootstrap}")
-    published = publish_tasks(folders, bootstrap, paths, run=run)
+    published = publish_tasks(
+        folders, bootstrap, LocalObjectStore(paths.objects), str(sandbox_ref()), run=run
+    )
     _say(f"run {run}: published {len(published)} tasks ({', '.join(published)}) [{_since(started)}]")
     settings = SchedulerSettings(bootstrap, target)
     telemetry = start_telemetry(telemetry_config.from_args(args, "trialog-scheduler"))
@@ -234,7 +143,7 @@ def _cmd_run_start(args: argparse.Namespace) -> int:
 def _schedule_beside(workers: Workers, settings: SchedulerSettings) -> int:
     """The scheduler in a thread while this one watches the workers: one that dies stops the run (1)."""
     from actors.scheduler.worker import SchedulerProcess
-    from schemas.sources import Origin
+    from schemas.origin import Origin
 
     process = SchedulerProcess(settings, Origin.system("scheduler", f"{socket.gethostname()}-{os.getpid()}"))
     codes: list[int] = []
@@ -270,14 +179,3 @@ def _cmd_run_status(args: argparse.Namespace) -> int:
     status = read_status(_bootstrap(args), args.run)
     print(json.dumps(status.to_json(), indent=2) if args.json else status.line())
     return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m ops.run_cli start|status ...` (the same as `trialog run ...`)."""
-    from ops.cli import run_group
-
-    return run_group(register, "trialog", ["run", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

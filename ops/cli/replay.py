@@ -12,7 +12,7 @@ import argparse
 import json
 import sys
 
-from ops.log_options import add_log_options, bootstrap_of
+from ops.cli.run_log_args import add_log_options, bootstrap_of
 from ops.replay import DEFAULT_OUTPUT_CHARS, build_timeline, parse_time, render
 from ops.runlog import EVENTS, LoggedRun, LogReadError, read_topics
 
@@ -78,13 +78,3 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     for episode in missing:
         print(f"trialog replay: episode {episode} is not in the log read", file=sys.stderr)
     return EXIT_NOT_FOUND if missing else EXIT_OK
-
-
-def main(argv: list[str] | None = None) -> int:
-    from ops.cli import run_group
-
-    return run_group(register, "trialog", ["replay", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

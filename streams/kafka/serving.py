@@ -1,6 +1,6 @@
 """Serving a request topic: wait for Kafka, consume one record at a time, answer it, commit it, survive a
-broker restart. Shared by the stateless workers' loops (rollout, verifier: `actors.kafka_loop`; sandbox:
-`sandbox_agent.kafka_worker`), which differ only in how they answer a record.
+broker restart. Shared by the stateless workers' loops (rollout, verifier: `streams.kafka.request_loop`;
+sandbox: `sandbox_agent.kafka_worker`), which differ only in how they answer a record.
 
 Start-up: `connected` waits for the broker with a growing pause and says so, so a worker started before
 Kafka (or during a broker restart) waits instead of crashing.
@@ -22,10 +22,10 @@ from typing import Any
 from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata
 
-from ops.telemetry import metrics, tracing
 from schemas.codec import Codec
 from schemas.deadletter import DeadLetter
-from schemas.sources import Origin
+from schemas.origin import Origin
+from streams.telemetry import metrics, tracing
 
 log = logging.getLogger(__name__)
 RETRY_S = 1.0

@@ -14,7 +14,7 @@ import argparse
 import json
 import sys
 
-from ops.log_options import add_log_options, bootstrap_of, local_tasks, objects_of
+from ops.cli.run_log_args import add_log_options, bootstrap_of, local_tasks, objects_of
 from ops.runlog import EVENTS, TASKS, LoggedRun, LogReadError, read_topics
 
 EXIT_SAME, EXIT_DIVERGES, EXIT_ERROR = 0, 1, 2
@@ -63,13 +63,3 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
         print(f"trialog reproduce: {result.error}", file=sys.stderr)
         return EXIT_ERROR
     return EXIT_SAME if result.same else EXIT_DIVERGES
-
-
-def main(argv: list[str] | None = None) -> int:
-    from ops.cli import run_group
-
-    return run_group(register, "trialog", ["reproduce", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -12,7 +12,6 @@ import argparse
 import os
 import signal
 import socket
-import sys
 from pathlib import Path
 from types import FrameType
 
@@ -37,11 +36,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _cmd_worker_sandbox(args: argparse.Namespace) -> int:
-    from ops.console import StackError, say
+    from ops.console import say
     from ops.paths import Paths
     from ops.stack import docker_engine
     from ops.stack.stack import StackConfig
-    from ops.telemetry import metrics
     from ops.telemetry.setup import start_from_args
     from sandbox_agent.docker_backend import DockerBackend
     from sandbox_agent.idempotent import RocksResultStore
@@ -49,7 +47,9 @@ def _cmd_worker_sandbox(args: argparse.Namespace) -> int:
     from sandbox_agent.pool import WarmPools
     from sandbox_agent.worker import SandboxWorker
     from schemas.blobs import LocalObjectStore
-    from schemas.sources import Origin
+    from schemas.origin import Origin
+    from streams.errors import StackError
+    from streams.telemetry import metrics
 
     paths = Paths.from_env()
     engine = docker_engine.current(paths)
@@ -81,13 +81,3 @@ def _cmd_worker_sandbox(args: argparse.Namespace) -> int:
             pools.close()
             client.close()
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    from ops.cli import run_group
-
-    return run_group(register, "trialog worker", sys.argv[1:] if argv is None else argv)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

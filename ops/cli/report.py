@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ops.log_options import add_log_options, bootstrap_of
+from ops.cli.run_log_args import add_log_options, bootstrap_of
 from ops.runlog import EVENTS, POLICY_VERSIONS, TRAJECTORIES, LoggedRun, LogReadError, read_topics
 
 EXIT_OK, EXIT_ERROR = 0, 2
@@ -57,13 +57,3 @@ def _cmd_report(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     print(page)
     return EXIT_OK
-
-
-def main(argv: list[str] | None = None) -> int:
-    from ops.cli import run_group
-
-    return run_group(register, "trialog", ["report", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import os
 import socket
-import sys
 from typing import TYPE_CHECKING
 
 from actors.scheduler.defaults import DEFAULT_CAPACITY, DEFAULT_GROUP_SIZE, DEFAULT_MAX_STEPS
@@ -71,10 +70,10 @@ def target_from_args(args: argparse.Namespace) -> Target:
 
 def _cmd_worker_scheduler(args: argparse.Namespace) -> int:
     from actors.scheduler.worker import SchedulerSettings, run_scheduler
-    from ops.console import StackError
     from ops.paths import Paths
     from ops.stack.stack import StackConfig
     from ops.telemetry.setup import start_from_args
+    from streams.errors import StackError
 
     try:
         target = target_from_args(args)
@@ -83,13 +82,3 @@ def _cmd_worker_scheduler(args: argparse.Namespace) -> int:
     bootstrap = args.bootstrap or StackConfig.load(Paths.from_env()).kafka.bootstrap
     start_from_args(args, "trialog-scheduler")
     return run_scheduler(SchedulerSettings(bootstrap, target), args.instance)
-
-
-def main(argv: list[str] | None = None) -> int:
-    from ops.cli import run_group
-
-    return run_group(register, "trialog worker", sys.argv[1:] if argv is None else argv)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ops.telemetry import metrics, tracing
-from ops.telemetry.attributes import record_attributes
-from ops.telemetry.metrics import Point
 from schemas.common import Verdict
 from schemas.events import EpisodeCompleted, EpisodeFailed, EpisodeStarted, RewardAssigned, StepExecuted
 from schemas.state import EpisodeState
+from streams.telemetry import metrics, tracing
+from streams.telemetry.attributes import record_attributes
+from streams.telemetry.metrics import Point
 
 
 def points(event: object) -> list[Point]:

@@ -16,7 +16,6 @@ import logging
 import os
 import signal
 import socket
-import sys
 import time
 from pathlib import Path
 from types import FrameType
@@ -91,7 +90,7 @@ def add_llm_arguments(command: argparse.ArgumentParser) -> None:
 
 def make_policy(args: argparse.Namespace) -> Policy:
     """The plugin the arguments name; ValueError when they do not make one."""
-    from actors.rollout.plugins import RandomPolicy, ScriptedPolicy
+    from actors.rollout.simple_policies import RandomPolicy, ScriptedPolicy
 
     if args.policy == "llm":
         return _llm_policy(args)
@@ -136,9 +135,10 @@ def _weights(args: argparse.Namespace, policy: Policy, bootstrap: str) -> Weight
     """The hot-swap watcher `--versions-run` asks for (None without it); with `--pin-version`, only once
     the pinned version is loaded: an evaluation must never answer with other weights."""
     from actors.rollout.weights import KafkaPublications, TorchModelTarget, WeightsWatcher
-    from ops.console import StackError, say
+    from ops.console import say
     from ops.paths import Paths
     from schemas.blobs import LocalObjectStore
+    from streams.errors import StackError
 
     if args.versions_run is None:
         if args.pin_version is not None:
@@ -172,15 +172,16 @@ def _weights(args: argparse.Namespace, policy: Policy, bootstrap: str) -> Weight
 
 
 def _cmd_worker_rollout(args: argparse.Namespace) -> int:
-    from actors.kafka_loop import LoopSettings, RequestLoop
     from actors.rollout.vllm_backend import BackendUnavailable
     from actors.rollout.worker import ROUTE, RolloutWorker
     from actors.tasks.spec import TaskError
-    from ops.console import StackError, say
+    from ops.console import say
     from ops.paths import Paths
     from ops.stack.stack import StackConfig
     from ops.telemetry.setup import start_from_args
-    from schemas.sources import Origin
+    from schemas.origin import Origin
+    from streams.errors import StackError
+    from streams.kafka.request_loop import LoopSettings, RequestLoop
 
     try:
         policy = make_policy(args)
@@ -204,13 +205,3 @@ def _cmd_worker_rollout(args: argparse.Namespace) -> int:
     start_from_args(args, "trialog-rollout")
     loop.run()
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    from ops.cli import run_group
-
-    return run_group(register, "trialog worker", sys.argv[1:] if argv is None else argv)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -194,8 +194,8 @@ def _cmd_images(args: argparse.Namespace) -> int:
 
 
 def _docker_client(paths: Paths) -> docker.DockerClient:
-    from ops.console import StackError
     from ops.stack import docker_engine
+    from streams.errors import StackError
 
     engine = docker_engine.current(paths)
     if engine is None:

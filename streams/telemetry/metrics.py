@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ops.telemetry.attributes import Attributes
+from streams.telemetry.attributes import Attributes
 
 EPISODES = "trialog.episodes"
 STEPS = "trialog.steps"

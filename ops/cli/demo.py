@@ -96,11 +96,11 @@ def settings_from_args(args: argparse.Namespace) -> DemoSettings:
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     from learner.model import prepare_model
-    from ops.console import StackError
     from ops.demo.run import Stage, assemble_tasks, evaluate, train
     from ops.demo.summary import DemoSummary
-    from ops.run_cli import validate_tasks
+    from ops.run_workers import validate_tasks
     from ops.stack.stack import StackConfig, up
+    from streams.errors import StackError
 
     try:
         settings = settings_from_args(args)
@@ -143,7 +143,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _report(run: str, out: Path, say: Callable[[str], None]) -> Path | None:
     """The training run's report page (`trialog report`), or None when it could not be written."""
-    from ops.report.cli import PAGE
+    from ops.cli.report import PAGE
 
     argv = [sys.executable, "-m", "ops.cli", "report", run, "--out", str(out)]
     done = subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, check=False)

@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 
 from actors.tasks.decontaminate import DEFAULT_MAX_COMMON, DEFAULT_N, Report, decontaminate
-from actors.tasks.grading_cli import add_validate, register_verify
 from actors.tasks.humaneval import PACKAGE, HumanEvalError, import_humaneval
 from actors.tasks.spec import TaskError, load_tasks
 from actors.tasks.toy import Variant
+from ops.cli.grading import add_validate, register_verify
 
 EXIT_OK, EXIT_FOUND, EXIT_ERROR = 0, 1, 2
 

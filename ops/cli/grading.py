@@ -17,10 +17,12 @@ from pathlib import Path
 from actors.tasks.spec import Task, TaskError, find_tasks, load_task
 from actors.tasks.validate import Admission, TaskValidation, Verifier, validate_all
 from actors.tasks.verify import Verification, print_human, task_quotas, verify
-from ops.console import StackError
 from ops.paths import Paths
 from ops.progress import ProgressBar
+from ops.stack.images import sandbox_ref
 from sandbox_agent.limits import SandboxSpec
+from schemas.blobs import LocalObjectStore
+from streams.errors import StackError
 
 EXIT_OK, EXIT_FOUND, EXIT_ERROR = 0, 1, 2
 VERIFY_LABEL = "dev.trialog.verify"
@@ -61,7 +63,7 @@ def add_validate(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 @contextmanager
 def _sandbox_verifier() -> Iterator[Verifier]:
-    from sandbox_agent.stack import default_image, stack_backend
+    from ops.stack.sandboxes import default_image, stack_backend
 
     with stack_backend(Paths.from_env(), labels={VERIFY_LABEL: "1"}) as backend:
 
@@ -132,7 +134,13 @@ def _cmd_publish(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     valid = [Path(r.path) for r in results if r.verdict is Admission.VALID]
     try:
-        published = publish_tasks(valid, StackConfig.load().kafka.bootstrap, Paths.from_env(), run=args.run)
+        published = publish_tasks(
+            valid,
+            StackConfig.load().kafka.bootstrap,
+            LocalObjectStore(Paths.from_env().objects),
+            str(sandbox_ref()),
+            run=args.run,
+        )
     except StackError as exc:
         print(f"trialog tasks publish: {exc}", file=sys.stderr)
         return EXIT_ERROR

@@ -13,7 +13,6 @@ import logging
 import os
 import signal
 import socket
-import sys
 import threading
 from pathlib import Path
 from types import FrameType
@@ -73,12 +72,13 @@ def _cmd_worker_learner(args: argparse.Namespace) -> int:
     from learner.state import PlannerConfig
     from learner.trainer import TrainSettings
     from learner.worker import KafkaAnnouncer, KafkaFeed, Learner, LearnerSettings, run
-    from ops.console import StackError, say
+    from ops.console import say
     from ops.paths import Paths
     from ops.stack.stack import StackConfig
     from ops.telemetry.setup import start_from_args
     from schemas.blobs import LocalObjectStore
-    from schemas.sources import Origin, SystemClock
+    from schemas.origin import Origin, SystemClock
+    from streams.errors import StackError
 
     paths = Paths.from_env()
     if args.threads > 0:
@@ -125,13 +125,3 @@ def _cmd_worker_learner(args: argparse.Namespace) -> int:
         feed.close()
         announcer.close()
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    from ops.cli import run_group
-
-    return run_group(register, "trialog worker", sys.argv[1:] if argv is None else argv)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -7,9 +7,8 @@ import importlib
 import json
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
 
-from ops.console import StackError
+from streams.errors import StackError
 
 BENCHMARKS = {
     "codec": "ops.bench.codec",
@@ -21,24 +20,24 @@ BENCHMARKS = {
 }
 # Modules that add a command group with `register(subparsers)`; they import heavy modules only when run.
 COMMAND_GROUPS = (
-    "sandbox_agent.cli",
-    "actors.tasks.cli",
-    "learner.cli",
-    "ops.run_cli",
-    "ops.audit_cli",
-    "ops.replay_cli",
-    "ops.reproduce_cli",
-    "ops.report.cli",
-    "ops.demo.cli",
+    "ops.cli.sandbox",
+    "ops.cli.tasks",
+    "ops.cli.model",
+    "ops.cli.run",
+    "ops.cli.audit",
+    "ops.cli.replay",
+    "ops.cli.reproduce",
+    "ops.cli.report",
+    "ops.cli.demo",
 )
 # Modules that add a worker process under `trialog worker`, the same way.
 WORKER_GROUPS = (
-    "streams.cli",
-    "sandbox_agent.worker_cli",
-    "actors.rollout.cli",
-    "actors.verifier.cli",
-    "actors.scheduler.cli",
-    "learner.worker_cli",
+    "ops.cli.workers.streams",
+    "ops.cli.workers.sandbox",
+    "ops.cli.workers.rollout",
+    "ops.cli.workers.verifier",
+    "ops.cli.workers.scheduler",
+    "ops.cli.workers.learner",
 )
 
 Handler = Callable[[argparse.Namespace], int]
@@ -134,14 +133,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     return _dispatch(build_parser().parse_args(argv))
-
-
-def run_group(register: Callable[[Any], None], prog: str, argv: Sequence[str]) -> int:
-    """A command group's own entry point (`python -m actors.rollout.cli rollout ...`): a parser holding
-    just that group, dispatched exactly as `trialog` dispatches it."""
-    parser = argparse.ArgumentParser(prog=prog)
-    register(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
-    return _dispatch(parser.parse_args(argv))
 
 
 def _dispatch(args: argparse.Namespace) -> int:

@@ -13,7 +13,6 @@ import logging
 import os
 import signal
 import socket
-import sys
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -52,20 +51,21 @@ def poll_interval_ms(tasks: FolderTasks) -> int:
 
 
 def _cmd_worker_verifier(args: argparse.Namespace) -> int:
-    from actors.kafka_loop import LoopSettings, RequestLoop
     from actors.tasks.spec import TaskError
     from actors.verifier.grading import SnapshotGrader
     from actors.verifier.tasks import FolderTasks
     from actors.verifier.worker import ROUTE, VerifierWorker
-    from ops.console import StackError, say
+    from ops.console import say
     from ops.paths import Paths
     from ops.stack import docker_engine
+    from ops.stack.sandboxes import default_image
     from ops.stack.stack import StackConfig
     from ops.telemetry.setup import start_from_args
     from sandbox_agent.docker_backend import DockerBackend
-    from sandbox_agent.stack import default_image
     from schemas.blobs import LocalObjectStore
-    from schemas.sources import Origin
+    from schemas.origin import Origin
+    from streams.errors import StackError
+    from streams.kafka.request_loop import LoopSettings, RequestLoop
 
     paths = Paths.from_env()
     try:
@@ -99,13 +99,3 @@ def _cmd_worker_verifier(args: argparse.Namespace) -> int:
     finally:
         client.close()
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    from ops.cli import run_group
-
-    return run_group(register, "trialog worker", sys.argv[1:] if argv is None else argv)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""`trialog worker KIND`: one module per worker process kind."""
