@@ -8,7 +8,32 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 
+from ops.cli import audit, demo, kit, model, replay, report, reproduce, run, sandbox, tasks
+from ops.cli.workers import learner, rollout, scheduler, streams, verifier
+from ops.cli.workers import sandbox as sandbox_worker
 from streams.errors import StackError
+
+# Each adds its command (group) with `register(subparsers)`; heavy modules are imported only when run.
+COMMAND_GROUPS: tuple[Callable[[kit.Subparsers], None], ...] = (
+    sandbox.register,
+    tasks.register,
+    model.register,
+    run.register,
+    audit.register,
+    replay.register,
+    reproduce.register,
+    report.register,
+    demo.register,
+)
+# The worker process kinds under `trialog worker`, added the same way.
+WORKER_GROUPS: tuple[Callable[[kit.Subparsers], None], ...] = (
+    streams.register,
+    sandbox_worker.register,
+    rollout.register,
+    verifier.register,
+    scheduler.register,
+    learner.register,
+)
 
 BENCHMARKS = {
     "codec": "ops.bench.codec",
@@ -18,29 +43,6 @@ BENCHMARKS = {
     "learner": "ops.bench.learner",
     "learning": "ops.bench.learning",
 }
-# Modules that add a command group with `register(subparsers)`; they import heavy modules only when run.
-COMMAND_GROUPS = (
-    "ops.cli.sandbox",
-    "ops.cli.tasks",
-    "ops.cli.model",
-    "ops.cli.run",
-    "ops.cli.audit",
-    "ops.cli.replay",
-    "ops.cli.reproduce",
-    "ops.cli.report",
-    "ops.cli.demo",
-)
-# Modules that add a worker process under `trialog worker`, the same way.
-WORKER_GROUPS = (
-    "ops.cli.workers.streams",
-    "ops.cli.workers.sandbox",
-    "ops.cli.workers.rollout",
-    "ops.cli.workers.verifier",
-    "ops.cli.workers.scheduler",
-    "ops.cli.workers.learner",
-)
-
-Handler = Callable[[argparse.Namespace], int]
 
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
@@ -97,38 +99,69 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="trialog",
-        description="Event-sourced reinforcement learning of LLM agents on code-verified tasks.",
-        epilog="State lives under $TRIALOG_HOME (default: .trialog/ in the repo); downloads and builds "
-        "are cached under $TRIALOG_CACHE (default: ~/.cache/trialog).",
+    parser = kit.new_parser(
+        "trialog",
+        "Event-sourced reinforcement learning of LLM agents on code-verified tasks. State lives under "
+        "$TRIALOG_HOME (default: .trialog/ in the repo); downloads and builds are cached under "
+        "$TRIALOG_CACHE (default: ~/.cache/trialog).",
+        examples=(
+            "trialog up",
+            "trialog run start --tasks examples/tasks --episodes 8 --policy scripted --spawn",
+            "trialog audit RUN --json",
+        ),
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser.add_argument("--version", action="version", version=f"trialog {_version()}")
+    sub = kit.subcommands(parser, "command")
 
-    def add(name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
-        command = sub.add_parser(name, help=help_text, description=help_text)
-        command.set_defaults(handler=handler)
-        return command
+    kit.command(
+        sub, "prepare", "install and build the stack's parts (Docker, images, Kafka jars, Jaeger)",
+        handler=_cmd_prepare, examples=("trialog prepare",),
+    )  # fmt: skip
+    kit.command(
+        sub, "up", "bring up the local stack: Docker engine, sandbox images, Kafka (KRaft), Jaeger",
+        handler=_cmd_up, examples=("trialog up",),
+    )  # fmt: skip
+    kit.command(
+        sub, "down", "stop the local stack (an external Docker engine is left running)",
+        handler=_cmd_down, examples=("trialog down",),
+    )  # fmt: skip
+    status = kit.command(
+        sub, "status", "report each component healthy or not, with the reason",
+        handler=_cmd_status, examples=("trialog status", "trialog status --json"),
+    )  # fmt: skip
+    kit.add_json(status)
 
-    add("prepare", _cmd_prepare, "install and build the stack's parts (Docker, images, Kafka jars, Jaeger)")
-    add("up", _cmd_up, "bring up the local stack: Docker engine, sandbox images, Kafka (KRaft), Jaeger")
-    add("down", _cmd_down, "stop the local stack (an external Docker engine is left running)")
-    status = add("status", _cmd_status, "report each component healthy or not, with the reason")
-    status.add_argument("--json", action="store_true", help="print one JSON object")
+    for register in COMMAND_GROUPS:
+        register(sub)
+    worker = kit.command(
+        sub, "worker", "run one worker process (scale by running more)",
+        examples=("trialog worker streams --run RUN",),
+    )  # fmt: skip
+    workers = kit.subcommands(worker, "worker_kind")
+    for register in WORKER_GROUPS:
+        register(workers)
 
-    for module_name in COMMAND_GROUPS:
-        importlib.import_module(module_name).register(sub)
-    worker = sub.add_parser(
-        "worker", help="run one worker process (scale by running more)", description="Run one worker process."
-    )
-    workers = worker.add_subparsers(dest="worker_kind", required=True, metavar="KIND")
-    for module_name in WORKER_GROUPS:
-        importlib.import_module(module_name).register(workers)
-
-    bench = add("bench", _cmd_bench, "run a benchmark and record its figures in BENCHMARKS.md")
+    bench = kit.command(
+        sub, "bench", "run a benchmark and record its figures in BENCHMARKS.md",
+        handler=_cmd_bench, examples=("trialog bench codec", "trialog bench sandbox --help"),
+    )  # fmt: skip
     bench.add_argument("bench_name", choices=sorted(BENCHMARKS), metavar="NAME", help=", ".join(BENCHMARKS))
     bench.add_argument("bench_args", nargs=argparse.REMAINDER, help="options of that benchmark (--help)")
     return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("trialog")
+    except PackageNotFoundError:  # a checkout used without installing it (make env)
+        import tomllib
+
+        from ops.paths import REPO_ROOT
+
+        with (REPO_ROOT / "pyproject.toml").open("rb") as file:
+            return str(tomllib.load(file)["project"]["version"])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -136,15 +169,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    handler: Handler = args.handler
+    """Run the chosen command; a `StackError` is its message and hint (on stdout as one JSON object when
+    the command was asked for `--json`), never a traceback."""
+    handler: kit.Handler = args.handler
+    name = " ".join(str(part) for part in (args.command, getattr(args, "worker_kind", None)) if part)
     try:
         return handler(args)
     except StackError as exc:
-        print(f"trialog {args.command}: {exc}", file=sys.stderr)
-        return 2
+        if getattr(args, "json", False):
+            print(json.dumps({"error": exc.message, "hint": exc.hint}))
+        print(f"trialog {name}: {exc}", file=sys.stderr)
+        return kit.EXIT_ERROR
     except KeyboardInterrupt:
-        print(f"trialog {args.command}: interrupted", file=sys.stderr)
-        return 130
+        print(f"trialog {name}: interrupted", file=sys.stderr)
+        return kit.EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -1,0 +1,260 @@
+"""What every `trialog` command shares, so that each says it once: how a command is added (help that shows
+defaults and examples, no abbreviated options), the options that name a service (`--bootstrap`, the worker
+name), checks of values before any service is touched, the fast answer when Kafka or Docker is missing,
+graceful stop on SIGTERM/SIGINT, a worker's logging, and exit codes.
+
+Exit codes, the same for every command: 0 done (or healthy / pass), 1 done but something was found (a
+task not valid, an audit not healthy, a verdict other than pass), 2 could not do it (bad input, a missing
+service: the message says what to run), 130 interrupted.
+
+This module is imported to build the parser (every `--help`): keep it light, import heavy modules inside
+the functions that need them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeAlias, TypeVar
+
+from rich_argparse import ArgumentDefaultsRichHelpFormatter, RawDescriptionRichHelpFormatter
+
+from streams.errors import StackError
+
+EXIT_OK, EXIT_FOUND, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
+# A command that needs a service answers within this when the service is not there (issue: 5 s at most).
+SERVICE_PROBE_S = 3.0
+KAFKA_HINT = "start the local stack (trialog up) or name a broker with --bootstrap HOST:PORT"
+DOCKER_HINT = "start the local stack: trialog up"
+
+Handler = Callable[[argparse.Namespace], int]
+T = TypeVar("T")
+# A string: argparse's class is generic only to type checkers.
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+class HelpFormatter(ArgumentDefaultsRichHelpFormatter, RawDescriptionRichHelpFormatter):
+    """Every option's default in its help line; the description and the examples kept as written."""
+
+
+def new_parser(prog: str, description: str, examples: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """A top-level parser with the house formatter, no abbreviations and an Examples section."""
+    return argparse.ArgumentParser(
+        prog=prog,
+        description=description,
+        epilog=_examples(examples),
+        formatter_class=HelpFormatter,
+        allow_abbrev=False,
+    )
+
+
+def command(
+    subparsers: Subparsers,
+    name: str,
+    help: str,
+    *,
+    handler: Handler | None = None,
+    description: str | None = None,
+    examples: Sequence[str] = (),
+) -> argparse.ArgumentParser:
+    """Add the command `name` to `subparsers`: `help` is its line in the parent's list, `description`
+    (default: `help`) heads its own --help, `examples` are full command lines (`trialog ...`) shown at
+    the end. `handler(args) -> exit code` runs it; a group of subcommands passes none."""
+    parser = subparsers.add_parser(
+        name,
+        help=help,
+        description=description or help,
+        epilog=_examples(examples),
+        formatter_class=HelpFormatter,
+        allow_abbrev=False,
+    )
+    if handler is not None:
+        parser.set_defaults(handler=handler)
+    return parser
+
+
+def subcommands(parser: argparse.ArgumentParser, dest: str) -> Subparsers:
+    """The subcommands of a command group (one is required)."""
+    return parser.add_subparsers(dest=dest, required=True, metavar="COMMAND")
+
+
+def _examples(examples: Sequence[str]) -> str | None:
+    if not examples:
+        return None
+    return "Examples:\n" + "\n".join(f"  {line}" for line in examples)
+
+
+# -- values, checked when parsed (before any service is touched) ----------------------------------------
+
+
+def positive_int(text: str) -> int:
+    value = _parsed(int, text, "an integer")
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {text}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = _parsed(int, text, "an integer")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {text}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """A finite duration above 0 (`nan`, `inf`, 0 and negatives are refused)."""
+    value = _parsed(float, text, "a number of seconds")
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds above 0, not {text}")
+    return value
+
+
+def fraction(text: str) -> float:
+    """A finite number in (0, 1]."""
+    value = _parsed(float, text, "a number")
+    if not math.isfinite(value) or not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be above 0 and at most 1, not {text}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    value = _parsed(float, text, "a number")
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of 0 or more, not {text}")
+    return value
+
+
+def port(text: str) -> int:
+    value = _parsed(int, text, "a port number")
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number (0-65535), not {text}")
+    return value
+
+
+def bootstrap_servers(text: str) -> str:
+    """`HOST:PORT[,HOST:PORT...]`, each port a number: a malformed value is refused when parsed."""
+    servers = [part.strip() for part in text.split(",")]
+    for server in servers:
+        host, sep, number = server.rpartition(":")
+        if not sep or not host or not number.isdigit() or not 0 < int(number) <= 65535:
+            raise argparse.ArgumentTypeError(f"expected HOST:PORT[,HOST:PORT...], not {text!r}")
+    return ",".join(servers)
+
+
+def existing_dir(text: str) -> Path:
+    path = Path(text)
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is not a folder")
+    return path
+
+
+def _parsed(kind: Callable[[str], T], text: str, what: str) -> T:
+    try:
+        return kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, not {text!r}") from None
+
+
+# -- options that name a service -------------------------------------------------------------------------
+
+
+def add_bootstrap(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--bootstrap",
+        type=bootstrap_servers,
+        metavar="HOST:PORT",
+        help="Kafka bootstrap servers (default: the local stack's broker)",
+    )
+
+
+def add_run(parser: argparse.ArgumentParser, *, positional: bool = False) -> None:
+    """The run: the positional RUN of commands about one run, `--run` for a worker serving one."""
+    if positional:
+        parser.add_argument("run", metavar="RUN", help="the run's id (its topic prefix)")
+    else:
+        parser.add_argument("--run", default="", help="the run's id, its topic prefix ('' for none)")
+
+
+def add_instance(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--instance",
+        default=f"{socket.gethostname()}-{os.getpid()}",
+        help="this worker's name in logs, labels and traces (default: HOST-PID)",
+    )
+
+
+def add_json(parser: argparse.ArgumentParser, what: str = "print one JSON document on stdout") -> None:
+    parser.add_argument("--json", action="store_true", help=what)
+
+
+def bootstrap_of(args: argparse.Namespace) -> str:
+    """The broker the command names, else the local stack's (as recorded by `trialog up`)."""
+    given: str | None = getattr(args, "bootstrap", None)
+    if given:
+        return given
+    from ops.stack.stack import StackConfig
+
+    return StackConfig.load().kafka.bootstrap
+
+
+def require_kafka(bootstrap: str, timeout_s: float = SERVICE_PROBE_S) -> str:
+    """`bootstrap`, once one of its brokers accepts a TCP connection within `timeout_s`; else a
+    `StackError` that says what to run. For commands that read or write Kafka once and end: a worker
+    process instead waits for Kafka (`streams.kafka.serving.connected`), since it may start first."""
+    deadline = time.monotonic() + timeout_s
+    for server in bootstrap.split(","):
+        host, _, number = server.rpartition(":")
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        try:
+            with socket.create_connection((host.strip("[]"), int(number)), timeout=left):
+                return bootstrap
+        except OSError:
+            continue
+    raise StackError(f"no Kafka broker answers at {bootstrap}", KAFKA_HINT)
+
+
+def require_docker() -> Any:
+    """The local stack's Docker engine (`ops.stack.docker_engine.Engine`), or a `StackError` at once."""
+    from ops.paths import Paths
+    from ops.stack import docker_engine
+
+    engine = docker_engine.current(Paths.from_env())
+    if engine is None:
+        raise StackError("no Docker engine answers", DOCKER_HINT)
+    return engine
+
+
+# -- a worker process -------------------------------------------------------------------------------------
+
+
+@contextmanager
+def stop_on_signals(stopping: threading.Event | None = None) -> Iterator[threading.Event]:
+    """An event set by SIGTERM or SIGINT while the block runs (a graceful stop: the worker finishes the
+    record in hand); the previous handlers come back after it."""
+    event = stopping if stopping is not None else threading.Event()
+    previous = {
+        signum: signal.signal(signum, lambda *_: event.set()) for signum in (signal.SIGTERM, signal.SIGINT)
+    }
+    try:
+        yield event
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def worker_logging() -> None:
+    """A worker process logs at INFO with times; kafka-python's own chatter only from WARNING."""
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("kafka").setLevel(logging.WARNING)
