@@ -21,8 +21,9 @@ from schemas.requests import PolicyRequest, SamplingParams, SandboxRequest, Veri
 from schemas.state import Phase
 from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
 from streams.owner import OwnerState, TaskInfo
+from streams.ports import Headers, Input
 from streams.rows import Row
-from streams.worker import EpisodeWorker, Headers, Input
+from streams.worker import EpisodeWorker
 from tests.unit.streams.world import (
     CONFIG,
     EPISODE,

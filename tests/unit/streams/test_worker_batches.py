@@ -19,10 +19,11 @@ from schemas.commands import AbortEpisode, StartEpisode
 from schemas.events import ActionProposed
 from schemas.requests import PolicyRequest
 from schemas.state import Phase
+from streams.ports import Headers, Input
 from streams.rows import ROW_MAGIC_V2, Row
 from streams.telemetry import tracing
 from streams.telemetry.ids import TRACEPARENT, SpanRef, episode_trace_id, traceparent_from_headers
-from streams.worker import EpisodeWorker, Headers, Input
+from streams.worker import EpisodeWorker
 from tests.unit.streams.test_worker import CODEC, Crash, Log, Rows, World, _play
 from tests.unit.streams.world import EPISODE, abort_command, start_command
 
