@@ -24,7 +24,8 @@ from streams.rows import ROW_MAGIC_V2, Row
 from streams.telemetry import tracing
 from streams.telemetry.ids import TRACEPARENT, SpanRef, episode_trace_id, traceparent_from_headers
 from streams.worker import EpisodeWorker
-from tests.unit.streams.test_worker import CODEC, Crash, Log, Rows, World, _play
+from tests.unit.streams.fake_rows import Crash, Rows
+from tests.unit.streams.test_worker import CODEC, Log, World, _play
 from tests.unit.streams.world import EPISODE, abort_command, start_command
 
 OTHER = "ep-0002"
