@@ -3,7 +3,7 @@
 `apply(state, input) -> (state, decisions)`. Inputs are what the learner process observes: a trajectory
 read from `trajectories.completed` at a (topic, partition, offset), an unreadable record there, a clock
 tick, and the end of a training step on a ready group. Nothing here reads a clock, a topic or a model;
-the worker feeds inputs in and carries out the decisions (`learner.worker`).
+the worker feeds inputs in and carries out the decisions (`learner.learner`, `learner.loop`).
 
 The rules:
 - Trajectories are grouped by their group id (one task, one group of episodes started together): a group's

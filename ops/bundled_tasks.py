@@ -1,25 +1,24 @@
 """Tasks as a run published them: `TaskPublished` records and their bundles in the object store.
 
 The audit side grades with exactly the task version an episode ran against. The bundle (a deterministic
-tar of the task folder, `actors.tasks.publish.bundle`) is fetched by its hash, unpacked into a private
-scratch folder with tarfile's `data` filter (no links out, no devices, no absolute paths), loaded, and its
-content hash checked against the recorded version; a mismatch or a missing bundle is refused with the
-reason (`actors.verifier.tasks.TaskUnavailable`), never substituted. Local task folders may be given as
+tar of the task folder, written and read by `actors.tasks.bundle`) is fetched by its hash, unpacked into a
+private scratch folder (`unpack_bundle`: tarfile's `data` filter), loaded, and its content hash checked
+against the recorded version; a mismatch or a missing bundle is refused with the reason
+(`actors.verifier.tasks.TaskUnavailable`), never substituted. Local task folders may be given as
 a fallback (`FolderTasks`), under the same exact-version rule.
 """
 
 from __future__ import annotations
 
-import io
 import re
-import tarfile
 import threading
 from collections.abc import Mapping
 from pathlib import Path
 
-from actors.tasks.spec import Task, TaskError, load_task
+from actors.tasks.bundle import UNUSABLE_BUNDLE, unpack_bundle
+from actors.tasks.spec import Task
 from actors.verifier.tasks import TaskSource, TaskUnavailable
-from schemas.blobs import BlobIntegrityError, ObjectStore
+from schemas.blobs import ObjectStore
 from schemas.publications import TaskPublished
 
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
@@ -52,23 +51,14 @@ class BundledTasks:
                 return self._fall_back(task_id, task_version, "the run published no such task")
             try:
                 task = self._unpack(record)
-            except (BlobIntegrityError, TaskError, tarfile.TarError) as exc:
+            except UNUSABLE_BUNDLE as exc:
                 return self._fall_back(task_id, task_version, f"its bundle is unusable: {exc}")
             self._loaded[key] = task
             return task
 
     def _unpack(self, record: TaskPublished) -> Task:
-        data = self.objects.get(record.bundle)
         folder = self.scratch / f"{_SAFE_NAME.sub('_', record.task_id)}-{record.task_version[:16]}"
-        folder.mkdir(parents=True, exist_ok=False)
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
-            tar.extractall(folder, filter="data")
-        task = load_task(folder)
-        if task.id != record.task_id or task.version != record.task_version:
-            raise TaskError(
-                folder, f"the bundle holds {task.id} at {task.version[:12]}, not {record.task_version[:12]}"
-            )
-        return task
+        return unpack_bundle(self.objects, record, folder)
 
     def _fall_back(self, task_id: str, task_version: str, why: str) -> Task:
         if self.fallback is not None:

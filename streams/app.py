@@ -1,5 +1,8 @@
 """The Faust app of `trialog worker streams`: one app per run (app id and topics carry the run prefix).
 
+It wires the episode worker (`streams.worker`) to the adapters of its ports (`streams.adapters`) and
+starts the process (`run_worker`):
+
 * one agent consumes `episode.commands`, `policy.results`, `sandbox.results` and `verify.results`
   (co-partitioned: keyed by episode id, same partition count) as raw bytes, so that undecodable records
   reach the worker and are dead-lettered instead of failing inside Faust. It acknowledges nothing itself
@@ -24,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,10 +36,12 @@ import faust
 
 from schemas.origin import Origin
 from schemas.requests import SamplingParams
+from streams.adapters import EventLogReader, FaustBus, FaustRows
 from streams.kafka.topics import TOPICS, topic_name
+from streams.ports import Input
 from streams.rows import TaskCache
 from streams.telemetry import metrics
-from streams.worker import COMMANDS, EVENTS, INPUTS, EpisodeWorker, Headers, Input
+from streams.worker import COMMANDS, EVENTS, INPUTS, EpisodeWorker
 
 log = logging.getLogger(__name__)
 
@@ -68,51 +73,6 @@ class Settings:
     @property
     def app_id(self) -> str:
         return topic_name(self.run, "trialog-streams")
-
-
-class FaustBus:
-    def __init__(self, app: faust.App) -> None:
-        self.app = app
-
-    async def send(
-        self, topic: str, key: bytes | None, value: bytes, headers: Headers = ()
-    ) -> Awaitable[int]:
-        # `headers`: the traceparent of the input's span that decided the record (taken when decided).
-        future = await self.app.producer.send(topic, key, value, None, None, list(headers) or None)
-
-        async def offset() -> int:
-            metadata = await future
-            return int(metadata.offset)
-
-        return asyncio.ensure_future(offset())
-
-
-class EventLogReader:
-    """Reads `episode.events`[p] from an offset to its end (kafka-python, in an executor thread)."""
-
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        self.bootstrap = bootstrap
-        self.topic = topic
-
-    def __call__(self, partition: int, start: int) -> Iterator[tuple[int, bytes | None, bytes | None]]:
-        from kafka import KafkaConsumer, TopicPartition
-
-        tp = TopicPartition(self.topic, partition)
-        consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False)
-        try:
-            consumer.assign([tp])
-            end = consumer.end_offsets([tp])[tp]
-            begin = consumer.beginning_offsets([tp])[tp]
-            position = max(start, begin)
-            if position >= end:
-                return
-            consumer.seek(tp, position)
-            while consumer.position(tp) < end:
-                for record in consumer.poll(timeout_ms=500).get(tp, []):
-                    if record.offset < end:
-                        yield record.offset, record.key, record.value
-        finally:
-            consumer.close()
 
 
 def build_app(settings: Settings) -> tuple[faust.App, EpisodeWorker]:
@@ -294,52 +254,6 @@ def tune_fetcher(app: Any) -> bool:
     fetcher._prefetch_backoff = 0.0
     fetcher._fetch_max_wait_ms = FETCH_MAX_WAIT_MS
     return True
-
-
-class FaustRows:
-    """The table seen with str keys (episode ids) and bytes rows, written to an explicit partition."""
-
-    def __init__(self, table: Any) -> None:
-        self.table = table
-
-    def get(self, key: str) -> bytes | None:
-        value = self.table.get(key.encode())
-        return None if value is None else bytes(value)
-
-    async def write(self, rows: Sequence[tuple[int, str, bytes]]) -> None:
-        """What `table[key] = value` does inside a stream event, with the partition given (any context), in
-        the other order: Faust writes the local store, then hands the changelog record to its producer
-        buffer, so a worker killed before the buffer was flushed leaves the local store ahead of the
-        changelog (`streams.worker` says why that loses events). Here the changelog records are sent at
-        once, acknowledged together, and only then written to the local store. Faust's own callback
-        records each acknowledged offset in the store, as for its own writes."""
-        table = self.table
-        acks = [
-            await table.changelog_topic.send(
-                key=key.encode(),
-                value=value,
-                partition=partition,
-                key_serializer=table.key_serializer,
-                value_serializer=table.value_serializer,
-                callback=table._on_changelog_sent,
-                force=True,  # never deferred to the current stream event's acknowledgement
-            )
-            for partition, key, value in rows
-        ]
-        await asyncio.gather(*acks)
-        for partition, key, value in rows:
-            self._put_local(partition, key.encode(), value)
-
-    def _put_local(self, partition: int, raw: bytes, value: bytes) -> None:
-        store = self.table.data
-        encoded = store._encode_key(raw)
-        store._key_index[encoded] = partition
-        store._db_for_partition(partition).put(encoded, store._encode_value(value))
-
-    def partition_items(self, partition: int) -> Iterator[tuple[str, bytes]]:
-        store = self.table.data
-        db = store._db_for_partition(partition)
-        return ((bytes(k).decode(), bytes(v)) for k, v in store._visible_items(db))
 
 
 def run_worker(settings: Settings) -> int:

@@ -11,7 +11,9 @@ which are small; the episode itself is the fold of the stored events (`schemas.f
 checked by the same fold (ordering, duplicates, hash chain) as the log, and the bytes can be refolded or
 audited without a snapshot schema. Rows of format v1 (JSON, the folded `EpisodeSnapshot` record in base64,
 `log_offset` of the episode's last event) are still read: their events are re-encoded from the snapshot
-(the codec is deterministic, and the result is checked against the recorded chain head) and their
+(the codec is deterministic; an event logged before its schema's current version is written with the older
+version whose digest the chain records; the result is checked against the recorded chain head, and
+`tests/golden/rows_v1.json` holds rows the v1 worker wrote) and their
 `log_offset` becomes the watermark, which is what it meant for the one-input-at-a-time worker that wrote
 v1 rows (each row written right after its own appends, so the highest offset of a partition's rows
 covered every earlier event).
@@ -35,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from schemas.chain import digest
-from schemas.codec import DecodeError, default_codec
+from schemas.codec import DecodeError, EncodeError, default_codec
 from schemas.events import EPISODE_EVENT_TYPES, EpisodeEvent
 from schemas.fold import apply
 from schemas.publications import TaskPublished
@@ -128,14 +130,33 @@ def _decode_v1(data: bytes) -> Row:
 
 def _logged_bytes(episode: EpisodeState) -> tuple[bytes, ...]:
     """The events of a folded episode as they were logged: re-encoded in chain order, each link checked."""
-    codec = default_codec()
     ordered: list[EpisodeEvent] = [] if episode.started is None else [episode.started]
     for step in episode.history:
         ordered.append(step.action)
         if step.result is not None:
             ordered.append(step.result)
     ordered += [e for e in (episode.pending_action, episode.reward, episode.outcome) if e is not None]
-    return _checked_chain(episode, [codec.encode(event) for event in ordered], ordered)
+    links = [event.meta.prev_hash for event in ordered[1:]] + ([episode.head_hash] if ordered else [])
+    encoded = [_as_logged(event, link) for event, link in zip(ordered, links, strict=True)]
+    return _checked_chain(episode, encoded, ordered)
+
+
+def _as_logged(event: EpisodeEvent, link: str | None) -> bytes:
+    """The event's bytes as they were logged, found by the digest `link` the chain records for them: today's
+    encoding, or that of an older version of its schema for an event logged before the current one (an
+    ActionProposed v1 of a v1 row); none matching: today's (`_checked_chain` then refuses the row)."""
+    codec = default_codec()
+    current = codec.encode(event)
+    if digest(current) == link:
+        return current
+    for version in reversed(codec.catalog.versions(event.SCHEMA)):
+        try:
+            data = codec.encode_at(event, version.version)
+        except EncodeError:
+            continue
+        if digest(data) == link:
+            return data
+    return current
 
 
 def _checked_chain(

@@ -1,7 +1,8 @@
 """The episode owner at work: batches of Kafka inputs -> `streams.owner` -> effects on Kafka -> the table.
 
-`EpisodeWorker` is the Faust-free core (tested with a fake bus and a dict table); `streams.app` wires it to
-Faust (agents, the RocksDB table, a timer) and `trialog worker streams` (`ops.cli.workers.streams`) runs it.
+`EpisodeWorker` is the Faust-free core (tested with a fake bus and a dict table) over the ports of
+`streams.ports`; `streams.adapters` implements them on Faust and Kafka, `streams.app` wires it to Faust
+(agents, the RocksDB table, a timer) and `trialog worker streams` (`ops.cli.workers.streams`) runs it.
 
 A batch: whatever inputs are queued when the worker is free (up to `streams.app.BATCH_MAX`), in the order
 they arrived (per partition, the log's order). The order of its side effects is the crash-consistency
@@ -85,9 +86,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Protocol
 
 from schemas.chain import digest
 from schemas.codec import DecodeError, default_codec
@@ -110,13 +110,12 @@ from schemas.state import EpisodeState
 from schemas.trajectories import TrajectoryCompleted
 from streams import owner
 from streams.owner import Appended, Effects, OwnerError, OwnerState, Request, TaskInfo, resume
+from streams.ports import Bus, EventReader, Headers, Input, Rows, Tasks
 from streams.rows import Row, sampling_for
 from streams.telemetry import episodes as telemetry_episodes
 from streams.telemetry import metrics, tracing
 
 log = logging.getLogger(__name__)
-
-Headers = tuple[tuple[str, bytes], ...]  # a record's Kafka headers (traceparent)
 
 COMMANDS, EVENTS, DEADLETTER = "episode.commands", "episode.events", "deadletter"
 ANSWERS = ("policy.results", "sandbox.results", "verify.results")
@@ -133,46 +132,6 @@ _ANSWER_TYPES: dict[str, tuple[type[Record], ...]] = {
     "sandbox.results": (StepExecuted, EpisodeFailed),  # EpisodeFailed: a step the sandbox could not run
     "verify.results": (RewardAssigned,),
 }
-
-
-class Bus(Protocol):
-    """Sends one record without waiting; the awaitable resolves to its offset once the broker acked it."""
-
-    async def send(
-        self, topic: str, key: bytes | None, value: bytes, headers: Headers = ()
-    ) -> Awaitable[int]: ...
-
-
-class Rows(Protocol):
-    """The `episodes` table as the worker sees it: episode id -> encoded `Row`, written per partition."""
-
-    def get(self, key: str) -> bytes | None: ...
-
-    async def write(self, rows: Sequence[tuple[int, str, bytes]]) -> None:
-        """Write each (partition, key, row): durably first (the changelog, every write acknowledged), then
-        where `get` and `partition_items` read (the local store), so that the local store is never ahead
-        of the changelog (see the module doc). Raises if a write fails; then some rows may be written."""
-        ...
-
-    def partition_items(self, partition: int) -> Iterable[tuple[str, bytes]]: ...
-
-
-class Tasks(Protocol):
-    def get(self, task_id: str, *, refresh: bool = True) -> TaskInfo | None: ...
-
-
-EventReader = Callable[[int, int], Iterable[tuple[int, bytes | None, bytes | None]]]
-"""(partition, start offset) -> (offset, key, value) of `episode.events`[partition] up to its end."""
-
-
-@dataclass(frozen=True, slots=True)
-class Input:
-    topic: str  # the base name (without the run prefix)
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: Headers = ()  # the record's Kafka headers (traceparent); they travel with it in a batch
 
 
 @dataclass

@@ -1,95 +1,21 @@
 """Put validated tasks on the compacted `tasks` topic: a `TaskPublished` record keyed by task id.
 
-The task folder travels as a deterministic tarball in the object store (`bundle`), so any worker that reads
-the store can grade against exactly the version that was validated; repo/ is also stored as a workspace
-snapshot (`initial_snapshot_id`), the tree an episode's first step restores.
+Each task's bundle and initial snapshot go to the object store first (`actors.tasks.bundle`), so that a
+record on the topic always names blobs that exist.
 """
 
 from __future__ import annotations
 
-import io
 import socket
-import tarfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from actors.tasks.spec import Task, TaskLimits, load_task
-from actors.tasks.verify import task_quotas
-from sandbox_agent.limits import MIB
-from schemas.blobs import BlobRef, ObjectStore
+from actors.tasks.bundle import BUNDLE_MEDIA_TYPE, bundle, initial_snapshot, task_record
+from actors.tasks.spec import load_task
+from schemas.blobs import ObjectStore
 from schemas.origin import Origin
-from schemas.publications import TaskPublished
-from schemas.requests import ResourceLimits
 from streams.errors import StackError
 from streams.kafka.topics import ensure_topics, topic_name
-
-BUNDLE_MEDIA_TYPE = "application/x-tar"
-HARNESS_COMMAND = "python3 -I trialog_launch.py /workspace"  # see actors.tasks.verify
-DIFFICULTY = {"easy": 0.25, "medium": 0.5, "hard": 0.75}
-
-
-def bundle(task: Task) -> bytes:
-    """The task folder as a tar with fixed owners and times: the same folder gives the same bytes."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for path in sorted(task.root.rglob("*")):
-            if "__pycache__" in path.parts or path.is_symlink():
-                continue
-            info = tar.gettarinfo(str(path), arcname=path.relative_to(task.root).as_posix())
-            info.uid = info.gid = 0
-            info.uname = info.gname = ""
-            info.mtime = 0
-            if path.is_file():
-                with path.open("rb") as data:
-                    tar.addfile(info, data)
-            else:
-                tar.addfile(info)
-    return buffer.getvalue()
-
-
-def initial_snapshot(task: Task, store: ObjectStore) -> str:
-    """Store repo/ as a workspace snapshot (links recorded, never followed); returns its id."""
-    from sandbox_agent.hosttree import read_tree
-    from sandbox_agent.snapshots import SnapshotStore
-
-    manifest, contents = read_tree(task.repo_dir)
-    return str(SnapshotStore(store).save(manifest, contents))
-
-
-def resource_limits(task: Task) -> ResourceLimits | None:
-    """The task's [limits] as the quotas a SandboxRequest carries; None when it sets none."""
-    limits = task.spec.limits
-    if limits == TaskLimits():
-        return None
-    quotas = task_quotas(task)
-    return ResourceLimits(
-        cpus=quotas.cpus,
-        memory_mb=quotas.memory_bytes // MIB,
-        pids=quotas.pids,
-        disk_mb=quotas.workspace_bytes // MIB,
-    )
-
-
-def task_record(
-    task: Task, bundle_ref: BlobRef, origin: Origin, image: str, snapshot_id: str | None = None
-) -> TaskPublished:
-    meta = task.spec.meta
-    return TaskPublished(
-        meta=origin.record_meta(),
-        task_id=task.id,
-        task_version=task.version,
-        instruction=task.spec.instruction,
-        image=task.spec.image or image,
-        timeout_s=task.spec.timeout_s,
-        test_command=HARNESS_COMMAND,
-        build_command=task.spec.build_command,
-        protected=task.spec.protected,
-        bundle=bundle_ref,
-        labels={"source": meta.source or "", "tags": ",".join(meta.tags)},
-        difficulty=DIFFICULTY.get(meta.difficulty or ""),
-        initial_snapshot_id=snapshot_id,
-        limits=resource_limits(task),
-    )
 
 
 def publish_tasks(

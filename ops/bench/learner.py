@@ -1,6 +1,6 @@
 """`trialog bench learner`: how fast the learner consumes trajectories on CPU, and how idle it is.
 
-The learner runs in this process exactly as `trialog worker learner` runs it (`learner.worker.Learner` over
+The learner runs in this process exactly as `trialog worker learner` runs it (`learner.learner.Learner` over
 a Kafka feed of the run's `trajectories.completed`, checkpoints, weights into an object store, announcements
 on `policy.versions`), on the prepared SmolLM2-135M-Instruct with LoRA (rank 8 on q_proj/v_proj).
 Trajectories are synthetic (`learner.testing`): each turn's prompt is the instruction's bytes (the `bytes`
@@ -94,11 +94,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _phase(args: argparse.Namespace, bootstrap: str, model: object, scratch: Path, *, paced: bool) -> Phase:
+    from learner.kafka_io import KafkaAnnouncer, KafkaFeed
+    from learner.learner import Learner, LearnerSettings
+    from learner.loop import run as run_learner
     from learner.lora import Adaptation
     from learner.samples import BytesPromptEncoder
     from learner.state import PlannerConfig
-    from learner.worker import KafkaAnnouncer, KafkaFeed, Learner, LearnerSettings
-    from learner.worker import run as run_learner
     from schemas.blobs import LocalObjectStore
     from schemas.origin import Origin, SystemClock
 
@@ -157,7 +158,7 @@ def _stop_when_trained(learner: object, expected: int, stopping: threading.Event
 def _stats(folder: Path) -> list[dict[str, Any]]:
     import json
 
-    from learner.worker import STATS_FILE
+    from learner.learner import STATS_FILE
 
     path = folder / STATS_FILE
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []

@@ -66,12 +66,14 @@ def device_of(name: str) -> str:
 def _cmd_worker_learner(args: argparse.Namespace) -> int:
     import torch
 
+    from learner.kafka_io import KafkaAnnouncer, KafkaFeed
+    from learner.learner import Learner, LearnerSettings
+    from learner.loop import run
     from learner.lora import Adaptation
     from learner.model import load_model, prepare_model
     from learner.samples import make_encoder
     from learner.state import PlannerConfig
     from learner.trainer import TrainSettings
-    from learner.worker import KafkaAnnouncer, KafkaFeed, Learner, LearnerSettings, run
     from ops.console import say
     from ops.paths import Paths
     from ops.stack.stack import StackConfig

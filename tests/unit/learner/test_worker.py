@@ -11,12 +11,14 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from learner import checkpoint, testing
+from learner.kafka_io import Polled, inputs
+from learner.learner import STATS_FILE, Learner, LearnerSettings
+from learner.loop import run
 from learner.lora import Adaptation, trainable_state
 from learner.publish import MemoryAnnouncer
 from learner.samples import BytesPromptEncoder
 from learner.state import PlannerConfig, Position, Unreadable
 from learner.trainer import TrainSettings
-from learner.worker import STATS_FILE, Learner, LearnerSettings, Polled, inputs, run
 from ops.telemetry.otel import OtelTracer
 from schemas.blobs import MemoryObjectStore
 from schemas.codec import default_codec

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.tasks.publish import BUNDLE_MEDIA_TYPE, bundle, task_record
+from actors.tasks.bundle import BUNDLE_MEDIA_TYPE, bundle, task_record
 from actors.tasks.spec import load_task
 from actors.verifier.tasks import FolderTasks, TaskUnavailable
 from ops.audit_sandboxes import OverlayStore

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from schemas.actions import RunCommand
 from schemas.blobs import BlobRef
 from schemas.catalog import crc64_avro
 from schemas.codec import HEADER_SIZE, MAGIC, Codec, DecodeError, DecodeReason, EncodeError
@@ -153,3 +154,19 @@ def test_union_tagging_is_detected_for_defined_and_named_record_branches() -> No
         {"name": "c", "type": ["t.One", "t.Two"]},  # both only named here: defined above
     ]
     assert _has_record_choice({"type": "record", "name": "t.R", "fields": fields})
+
+
+def test_encode_at_writes_a_record_with_an_older_version_of_its_schema(codec: Codec) -> None:
+    """What a writer of that version produced: its fingerprint in the header, read back (upcast) as the
+    same record when the older version lacks no field the record sets (the v1 StepExecuted below: its
+    oom_killed is the new field's default)."""
+    script = EpisodeScript(codec, episode_id="ep-encode-at")
+    script.start()
+    script.act(RunCommand("ls"))
+    step = script.execute(stdout=b"ok\n")
+    current = codec.catalog.current(StepExecuted.SCHEMA).version
+    assert codec.encode_at(step, current) == codec.encode(step)
+    old = codec.encode_at(step, 1)
+    assert old[2:HEADER_SIZE] == codec.catalog.version(StepExecuted.SCHEMA, 1).fingerprint
+    assert codec.schema_of(old) == (StepExecuted.SCHEMA, 1)
+    assert codec.decode(old) == replace(step, meta=replace(step.meta, traceparent=None))

@@ -13,11 +13,11 @@ import pytest
 from aiokafka.consumer.fetcher import Fetcher
 
 from ops.cli.workers.streams import register
+from streams.adapters import FaustRows
 from streams.app import (
     BLOCK_CACHE_BYTES,
     FETCH_MAX_WAIT_MS,
     SESSION_TIMEOUT_S,
-    FaustRows,
     Settings,
     build_app,
     next_batch,

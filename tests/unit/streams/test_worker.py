@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Awaitable, Iterator, Sequence
+from collections.abc import Awaitable, Iterator
 
 import pytest
 
@@ -21,8 +21,10 @@ from schemas.requests import PolicyRequest, SamplingParams, SandboxRequest, Veri
 from schemas.state import Phase
 from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
 from streams.owner import OwnerState, TaskInfo
+from streams.ports import Headers, Input
 from streams.rows import Row
-from streams.worker import EpisodeWorker, Headers, Input
+from streams.worker import EpisodeWorker
+from tests.unit.streams.fake_rows import Crash, Rows
 from tests.unit.streams.world import (
     CONFIG,
     EPISODE,
@@ -35,10 +37,6 @@ from tests.unit.streams.world import (
 )
 
 CODEC = default_codec()
-
-
-class Crash(BaseException):
-    """The process dies here (not an Exception: nothing in the worker catches it)."""
 
 
 class Log:
@@ -71,30 +69,6 @@ class Log:
         for offset, (key, value) in enumerate(self.topics.get("episode.events", [])):
             if offset >= start:
                 yield offset, key, value
-
-
-class Rows(dict[str, bytes]):
-    """The table; `crash_next` makes the next write die (after the effects were acked)."""
-
-    crash_next = False
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.partitions: dict[str, int] = {}
-
-    async def write(self, rows: Sequence[tuple[int, str, bytes]]) -> None:
-        for partition, key, value in rows:  # the changelog and the local store are one here
-            self.put(partition, key, value)
-
-    def put(self, partition: int, key: str, value: bytes) -> None:
-        if self.crash_next:
-            self.crash_next = False
-            raise Crash("before the table write")
-        self.partitions[key] = partition
-        self[key] = value
-
-    def partition_items(self, partition: int) -> Iterator[tuple[str, bytes]]:
-        return ((k, v) for k, v in list(self.items()) if self.partitions.get(k, 0) == partition)
 
 
 class Tasks:

@@ -19,11 +19,13 @@ from schemas.commands import AbortEpisode, StartEpisode
 from schemas.events import ActionProposed
 from schemas.requests import PolicyRequest
 from schemas.state import Phase
+from streams.ports import Headers, Input
 from streams.rows import ROW_MAGIC_V2, Row
 from streams.telemetry import tracing
 from streams.telemetry.ids import TRACEPARENT, SpanRef, episode_trace_id, traceparent_from_headers
-from streams.worker import EpisodeWorker, Headers, Input
-from tests.unit.streams.test_worker import CODEC, Crash, Log, Rows, World, _play
+from streams.worker import EpisodeWorker
+from tests.unit.streams.fake_rows import Crash, Rows
+from tests.unit.streams.test_worker import CODEC, Log, World, _play
 from tests.unit.streams.world import EPISODE, abort_command, start_command
 
 OTHER = "ep-0002"
@@ -187,32 +189,15 @@ def test_a_crash_between_two_row_writes_of_interleaved_episodes(scheme: str) -> 
     assert {d.reason for d in world.dead()} <= {"duplicate", "ended"}
 
 
-def test_rows_v2_hold_the_logged_bytes_and_v1_rows_are_still_read() -> None:
+def test_rows_v2_hold_the_logged_bytes() -> None:
+    """(v1 rows, as the v1 worker wrote them, are read in `test_rows_v1`.)"""
     world = World()
     _play(world, world.worker())
     data = world.rows[EPISODE]
     assert data.startswith(ROW_MAGIC_V2)
     row = Row.decode(data)
     assert row.events == tuple(world.log.values("episode.events"))
-    old = _as_v1(row, log_offset=5)
-    assert old.startswith(b"{")
-    read = Row.decode(old)
-    assert read.state == row.state and read.events == row.events
-    assert (read.partition, read.watermark) == (0, 5)
-    assert Row.decode(read.encode()) == read
-
-
-def test_a_worker_recovers_from_v1_rows() -> None:
-    """A table written by the one-input-at-a-time worker (v1 rows) is taken over: the episode goes on."""
-    world = World()
-    worker = world.worker()
-    world.deliver(worker, "episode.commands", start_command())
-    row = Row.decode(world.rows[EPISODE])
-    world.rows[EPISODE] = _as_v1(row, log_offset=0)
-    restarted = world.worker()
-    world.deliver(restarted, "policy.results", world.workers.act(_policy(world, EPISODE)))
-    assert world.state().episode.phase is Phase.AWAITING_EXECUTION
-    assert world.rows[EPISODE].startswith(ROW_MAGIC_V2)
+    assert Row.decode(row.encode()) == row
 
 
 class FlakyLog(Log):

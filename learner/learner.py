@@ -1,12 +1,11 @@
-"""The learner process: consume `trajectories.completed` near-on-policy, train, checkpoint, publish.
+"""The learner: take in `trajectories.completed` near-on-policy, train, checkpoint, publish.
 
 `Learner` carries out the planner's decisions (`learner.state`): it feeds every record it reads to the
 planner, and for the oldest ready groups (up to `groups_per_step`, once a poll's records are all in)
 builds the samples, takes one training step (`epochs` passes), puts the merged weights in the object
 store, checkpoints (weights, optimizer, offsets, waiting trajectories, the announcement) and
-announces the new version. `run` is the Kafka loop around it: the learner assigns itself every partition of
-the topic (no consumer group: one learner per run) and seeks to the checkpointed offsets, so the
-checkpoint alone says what has been consumed.
+announces the new version. `learner.loop.run` is the loop around it, over the Kafka feed and announcer of
+`learner.kafka_io`.
 
 Killed at any moment, a restarted learner resumes from its last checkpoint: trajectories read after it are
 read again, trajectories held in it are restored, an announcement it holds is sent if `policy.versions`
@@ -18,12 +17,11 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol
+from typing import Any
 
 import torch
 from kafka.errors import KafkaError
@@ -41,30 +39,22 @@ from learner.state import (
     Input,
     PlannerConfig,
     PlannerState,
-    Position,
     ReadyGroup,
-    Tick,
     Trained,
-    Unreadable,
     apply,
     next_step,
 )
 from learner.step import Sample
 from learner.trainer import TrainSettings, TrainStats, train_epochs
 from schemas.blobs import ObjectStore
-from schemas.codec import Codec, DecodeError, default_codec
-from schemas.origin import Clock, Origin
+from schemas.codec import Codec, default_codec
+from schemas.origin import Origin
 from schemas.publications import PolicyPublished
-from schemas.trajectories import TrajectoryCompleted
-from streams.kafka.topics import topic_name
 from streams.telemetry import metrics, tracing
 from streams.telemetry.ids import Headers
 
 log = logging.getLogger(__name__)
-SEND_TIMEOUT_S = 60.0
 STATS_FILE = "stats.jsonl"
-RETRY_S = 1.0
-IDLE_CHECKPOINT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -279,150 +269,3 @@ class Learner:
             stats.ratio_mean,
             stats.samples, stats.seconds,
         )  # fmt: skip
-
-
-# ---- reading trajectories ---------------------------------------------------------------------------------
-
-
-class Polled(NamedTuple):
-    """A consumed record: where it was read, its value, its Kafka headers (the owner's `traceparent`)."""
-
-    position: Position
-    value: bytes | None
-    headers: tuple[tuple[str, bytes], ...] = ()
-
-
-class Feed(Protocol):
-    def poll(self, timeout_ms: int) -> list[Polled]: ...
-
-
-def inputs(
-    records: Iterable[tuple[Position, bytes | None] | Polled], codec: Codec, clock: Clock
-) -> list[Input]:
-    """Planner inputs for raw records: a trajectory, or an unreadable record (only its offset counts)."""
-    out: list[Input] = []
-    for record in records:
-        position, value = record[0], record[1]
-        trajectory = _decoded(value, codec)
-        if trajectory is None:
-            log.warning("unreadable record at %s", position)
-            out.append(Unreadable(position))
-        else:
-            out.append(Arrival(trajectory, position, clock.now_us()))
-    return out
-
-
-def _decoded(value: bytes | None, codec: Codec) -> TrajectoryCompleted | None:
-    if value is None:
-        return None
-    try:
-        return codec.decode_as(value, TrajectoryCompleted)
-    except DecodeError:
-        return None
-
-
-class KafkaFeed:
-    """Every partition of the run's `trajectories.completed`, from the planner's offsets (or the start)."""
-
-    def __init__(self, bootstrap: str, run: str, offsets: Mapping[tuple[str, int], int]) -> None:
-        from kafka import KafkaConsumer, TopicPartition
-
-        self.topic = topic_name(run, "trajectories.completed")
-        self._consumer = KafkaConsumer(
-            bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
-        )
-        partitions = self._consumer.partitions_for_topic(self.topic)
-        if not partitions:
-            raise RuntimeError(f"topic {self.topic} does not exist (create the run's topics first)")
-        assigned = [TopicPartition(self.topic, p) for p in sorted(partitions)]
-        self._consumer.assign(assigned)
-        for tp in assigned:
-            offset = offsets.get((self.topic, tp.partition))
-            if offset is None:
-                self._consumer.seek_to_beginning(tp)
-            else:
-                self._consumer.seek(tp, offset)
-
-    def poll(self, timeout_ms: int) -> list[Polled]:
-        polled = self._consumer.poll(timeout_ms=timeout_ms)
-        return [
-            Polled(Position(r.topic, r.partition, r.offset), r.value, tuple(r.headers or ()))
-            for records in polled.values()
-            for r in records
-        ]
-
-    def close(self) -> None:
-        self._consumer.close()
-
-
-class KafkaAnnouncer:
-    """`policy.versions` of the run: announcements are sent with acks=all and waited for."""
-
-    def __init__(self, bootstrap: str, run: str, codec: Codec | None = None) -> None:
-        from kafka import KafkaProducer
-
-        from actors.rollout.weights import KafkaPublications
-
-        self.codec = codec or default_codec()
-        self.topic = topic_name(run, "policy.versions")
-        self._reader = KafkaPublications(bootstrap, run, self.codec)
-        self._producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
-        self._versions: dict[str, set[int]] = {}
-
-    def announced_versions(self, run_id: str) -> set[int]:
-        for published in self._reader.poll():
-            self._versions.setdefault(published.run_id, set()).add(published.version)
-        return set(self._versions.get(run_id, set()))
-
-    def announce(self, published: PolicyPublished) -> None:
-        self._producer.send(self.topic, value=self.codec.encode(published)).get(SEND_TIMEOUT_S)
-        self._versions.setdefault(published.run_id, set()).add(published.version)
-
-    def close(self) -> None:
-        self._reader.close()
-        self._producer.close()
-
-
-def run(
-    learner: Learner,
-    feed: Feed,
-    clock: Clock,
-    stopping: threading.Event,
-    poll_ms: int = 500,
-    idle_checkpoint_s: float = IDLE_CHECKPOINT_S,
-) -> None:
-    """Consume until `stopping` is set: each record of a poll, then a clock tick (group timeouts), then the
-    training steps on what is ready. Progress without a training step is checkpointed when a poll finds
-    nothing new (at most every `idle_checkpoint_s`) and at the end of a clean stop
-    (`Learner.save_progress`)."""
-    last_saved = time.monotonic()
-    while not stopping.is_set():
-        learner.announce_pending()
-        learner.train_ready()  # groups ready in the checkpoint, or held back by an unsent announcement
-        try:
-            records = feed.poll(poll_ms)
-        except KafkaError as exc:
-            log.warning("Kafka unreachable while polling (%s); retrying", exc)
-            stopping.wait(RETRY_S)
-            continue
-        for record, event in zip(records, inputs(records, learner.codec, clock), strict=True):
-            learner.offer(event, record.headers)
-        learner.offer(Tick(clock.now_us()))
-        learner.train_ready()
-        if not records and time.monotonic() - last_saved >= idle_checkpoint_s:
-            last_saved = time.monotonic()
-            if learner.save_progress():
-                log.info("caught up: %s", _accounting(learner.state))
-    if learner.save_progress():
-        log.info("stopped: %s", _accounting(learner.state))
-
-
-def _accounting(state: PlannerState) -> str:
-    """One line saying where every consumed trajectory went, for the log."""
-    c = state.counters
-    return (
-        f"version {state.version}, {sum(state.offsets.values())} records consumed: {c.arrived} trajectories "
-        f"({c.trained} trained, {c.stale} stale, {c.all_equal} all-equal, {c.timeout} timed out, {c.late} "
-        f"late, {c.unusable} unusable, {state.waiting} waiting), {c.duplicate} duplicates, "
-        f"{c.unreadable} unreadable"
-    )

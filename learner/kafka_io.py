@@ -1,0 +1,119 @@
+"""The learner's Kafka side: the trajectories it reads (`Feed`, `KafkaFeed`: every partition of the run's
+`trajectories.completed` from the checkpointed offsets, no consumer group) turned into planner inputs
+(`inputs`), and the versions it announces on `policy.versions` (`KafkaAnnouncer`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import NamedTuple, Protocol
+
+from learner.state import Arrival, Input, Position, Unreadable
+from schemas.codec import Codec, DecodeError, default_codec
+from schemas.origin import Clock
+from schemas.publications import PolicyPublished
+from schemas.trajectories import TrajectoryCompleted
+from streams.kafka.topics import topic_name
+
+log = logging.getLogger(__name__)
+SEND_TIMEOUT_S = 60.0
+
+
+class Polled(NamedTuple):
+    """A consumed record: where it was read, its value, its Kafka headers (the owner's `traceparent`)."""
+
+    position: Position
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+
+class Feed(Protocol):
+    def poll(self, timeout_ms: int) -> list[Polled]: ...
+
+
+def inputs(
+    records: Iterable[tuple[Position, bytes | None] | Polled], codec: Codec, clock: Clock
+) -> list[Input]:
+    """Planner inputs for raw records: a trajectory, or an unreadable record (only its offset counts)."""
+    out: list[Input] = []
+    for record in records:
+        position, value = record[0], record[1]
+        trajectory = _decoded(value, codec)
+        if trajectory is None:
+            log.warning("unreadable record at %s", position)
+            out.append(Unreadable(position))
+        else:
+            out.append(Arrival(trajectory, position, clock.now_us()))
+    return out
+
+
+def _decoded(value: bytes | None, codec: Codec) -> TrajectoryCompleted | None:
+    if value is None:
+        return None
+    try:
+        return codec.decode_as(value, TrajectoryCompleted)
+    except DecodeError:
+        return None
+
+
+class KafkaFeed:
+    """Every partition of the run's `trajectories.completed`, from the planner's offsets (or the start)."""
+
+    def __init__(self, bootstrap: str, run: str, offsets: Mapping[tuple[str, int], int]) -> None:
+        from kafka import KafkaConsumer, TopicPartition
+
+        self.topic = topic_name(run, "trajectories.completed")
+        self._consumer = KafkaConsumer(
+            bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
+        )
+        partitions = self._consumer.partitions_for_topic(self.topic)
+        if not partitions:
+            raise RuntimeError(f"topic {self.topic} does not exist (create the run's topics first)")
+        assigned = [TopicPartition(self.topic, p) for p in sorted(partitions)]
+        self._consumer.assign(assigned)
+        for tp in assigned:
+            offset = offsets.get((self.topic, tp.partition))
+            if offset is None:
+                self._consumer.seek_to_beginning(tp)
+            else:
+                self._consumer.seek(tp, offset)
+
+    def poll(self, timeout_ms: int) -> list[Polled]:
+        polled = self._consumer.poll(timeout_ms=timeout_ms)
+        return [
+            Polled(Position(r.topic, r.partition, r.offset), r.value, tuple(r.headers or ()))
+            for records in polled.values()
+            for r in records
+        ]
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+class KafkaAnnouncer:
+    """`policy.versions` of the run: announcements are sent with acks=all and waited for."""
+
+    def __init__(self, bootstrap: str, run: str, codec: Codec | None = None) -> None:
+        from kafka import KafkaProducer
+
+        from actors.rollout.weights import KafkaPublications
+
+        self.codec = codec or default_codec()
+        self.topic = topic_name(run, "policy.versions")
+        self._reader = KafkaPublications(bootstrap, run, self.codec)
+        self._producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+        self._versions: dict[str, set[int]] = {}
+
+    def announced_versions(self, run_id: str) -> set[int]:
+        for published in self._reader.poll():
+            self._versions.setdefault(published.run_id, set()).add(published.version)
+        return set(self._versions.get(run_id, set()))
+
+    def announce(self, published: PolicyPublished) -> None:
+        self._producer.send(self.topic, value=self.codec.encode(published)).get(SEND_TIMEOUT_S)
+        self._versions.setdefault(published.run_id, set()).add(published.version)
+
+    def close(self) -> None:
+        self._reader.close()
+        self._producer.close()

@@ -1,0 +1,55 @@
+"""What the episode worker (`streams.worker`) needs from the world, as ports: the bus it sends on, the
+`episodes` table it keeps rows in, the tasks it starts episodes of, the log it recovers from, and the input
+records it is given. `streams.adapters` implements them on Faust and Kafka; the unit tests on fakes that
+meet the same contracts (`tests/rows_contract.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from streams.owner import TaskInfo
+
+Headers = tuple[tuple[str, bytes], ...]  # a record's Kafka headers (traceparent)
+
+
+class Bus(Protocol):
+    """Sends one record without waiting; the awaitable resolves to its offset once the broker acked it."""
+
+    async def send(
+        self, topic: str, key: bytes | None, value: bytes, headers: Headers = ()
+    ) -> Awaitable[int]: ...
+
+
+class Rows(Protocol):
+    """The `episodes` table as the worker sees it: episode id -> encoded `Row`, written per partition."""
+
+    def get(self, key: str) -> bytes | None: ...
+
+    async def write(self, rows: Sequence[tuple[int, str, bytes]]) -> None:
+        """Write each (partition, key, row): durably first (the changelog, every write acknowledged), then
+        where `get` and `partition_items` read (the local store), so that the local store is never ahead
+        of the changelog (see the module doc). Raises if a write fails; then some rows may be written."""
+        ...
+
+    def partition_items(self, partition: int) -> Iterable[tuple[str, bytes]]: ...
+
+
+class Tasks(Protocol):
+    def get(self, task_id: str, *, refresh: bool = True) -> TaskInfo | None: ...
+
+
+EventReader = Callable[[int, int], Iterable[tuple[int, bytes | None, bytes | None]]]
+"""(partition, start offset) -> (offset, key, value) of `episode.events`[partition] up to its end."""
+
+
+@dataclass(frozen=True, slots=True)
+class Input:
+    topic: str  # the base name (without the run prefix)
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: Headers = ()  # the record's Kafka headers (traceparent); they travel with it in a batch
