@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import nn
@@ -108,7 +107,3 @@ def merged_weights(model: nn.Module) -> dict[str, torch.Tensor]:
 
 def trainable_parameters(model: nn.Module) -> Sequence[nn.Parameter]:
     return [p for p in model.parameters() if p.requires_grad]
-
-
-def parameter_count(parameters: Sequence[Any]) -> int:
-    return sum(int(p.numel()) for p in parameters)

@@ -1,5 +1,6 @@
-"""The audit of a run's log, pure: raw records in, an `AuditReport` out (`trialog audit`, DESIGN.md "Tracing
-and audit"). Reading Kafka is the CLI's thin adapter (`ops.cli.audit`); this module never does I/O.
+"""The audit of a run's log, pure: raw records in, an `AuditReport` out (`trialog audit`; what a healthy log
+is: docs/crash-consistency.md). Reading Kafka is the CLI's thin adapter (`ops.cli.audit`); this module never
+does I/O.
 
 What it checks, per episode (records grouped by the `meta.episode_id` they decode to, in log order):
 

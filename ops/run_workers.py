@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -35,10 +35,15 @@ def worker_commands(
     paths: Paths,
     rollout_args: Sequence[str] = (),
     telemetry: TelemetryConfig | None = None,
+    instances: Mapping[str, str] | None = None,
 ) -> dict[str, list[str]]:
     """The command line of each worker kind for `run` (one process each); `rollout_args` are more
     options of the rollout worker (the model, a pinned policy version); with `telemetry`, each traces
-    to its endpoint and serves metrics on the n-th port after its port (streams +1, sandbox +2, ...)."""
+    to its endpoint and serves metrics on the n-th port after its port (streams +1, sandbox +2, ...).
+
+    `instances` names the process of a kind (`--instance`, in the `producer` of every record it writes
+    and on its sandboxes' labels); without a name a worker calls itself `<host>-<pid>`. The fault tests
+    name each restart, to tell a restarted worker's records from those of the process it replaces."""
     base = [sys.executable, "-m", "ops.cli", "worker"]
     common = ["--run", run, "--bootstrap", bootstrap]
     home = paths.component("runs") / (run or "default")
@@ -61,6 +66,8 @@ def worker_commands(
     if telemetry is not None:
         for offset, argv in enumerate(commands.values(), start=1):
             argv += telemetry_config.worker_options(telemetry, offset)
+    for kind, instance in (instances or {}).items():
+        commands[kind] += ["--instance", instance]
     return commands
 
 

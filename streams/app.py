@@ -19,7 +19,7 @@ starts the process (`run_worker`):
 * short consumer-group timeouts (`SESSION_TIMEOUT_S` and friends) so that a killed worker's partitions move
   to a survivor within seconds;
 * `tune_fetcher` removes aiokafka's prefetch backoff and Faust's 1.5 s fetch wait (see there);
-* at-least-once processing (exactly-once has open bugs in faust-streaming: FIELD-NOTES).
+* at-least-once processing (exactly-once has open bugs in faust-streaming: docs/crash-consistency.md).
 """
 
 from __future__ import annotations

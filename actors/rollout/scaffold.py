@@ -23,7 +23,7 @@ from actors.rollout.markdown_actions import (
     markdown_action,
     only_python_file,
 )
-from schemas.actions import Action, ApplyPatch, InvalidReply, RunCommand, Submit, WriteFile
+from schemas.actions import Action, InvalidReply
 from schemas.common import Output
 from schemas.events import StepExecuted, StepRecord
 from schemas.requests import PolicyRequest
@@ -130,19 +130,3 @@ def _why_not(reply: str) -> str:
 def invalid_reply(reply: str, error: ReplyError) -> InvalidReply:
     """What the policy proposes when its reply is no action: a step whose observation is the error."""
     return InvalidReply.of(error.message, reply)
-
-
-def describe(action: Action) -> str:
-    """A one-line summary of an action, for progress lines and reports."""
-    match action:
-        case RunCommand(command=command):
-            return f"run: {command[:60]}"
-        case WriteFile(path=path):
-            return f"write_file: {path}"
-        case ApplyPatch():
-            return "apply_patch"
-        case Submit():
-            return "submit"
-        case InvalidReply(error=error):
-            return f"invalid reply: {error[:60]}"
-    return type(action).__name__

@@ -22,7 +22,7 @@ from typing import Any
 
 from actors.tasks.harness import HARNESS_DIR
 from actors.tasks.report import parse_report
-from actors.tasks.reward import Grade, error_grade, grade
+from actors.tasks.reward import Grade, grade
 from actors.tasks.spec import Task
 from actors.tasks.tamper import compare_trees
 from actors.tasks.workspace import copy_workspace
@@ -145,10 +145,6 @@ def task_quotas(task: Task, base: Quotas | None = None) -> Quotas:
         workspace_bytes=disk or base.workspace_bytes,
         tmp_bytes=disk or base.tmp_bytes,
     )
-
-
-def verification_error(detail: str, started: float, total: int = 0) -> Verification:
-    return Verification(error_grade(detail, total=total), _since(started))
 
 
 def print_human(result: Verification) -> str:

@@ -1,4 +1,4 @@
-"""trialog's topics (DESIGN.md, "The log"), created explicitly since the broker never auto-creates them."""
+"""trialog's topics (docs/topics.md), created explicitly since the broker never auto-creates them."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """Helpers of tests/integration/test_faults.py: a run's worker processes, and the run's log read back.
 
-`Cluster` starts the run's workers as subprocesses (`python -m ops.cli worker KIND ...`, as `trialog run
-start --spawn` does), kills them with SIGKILL and starts them again; each process writes its own log file
-under the test's folder (the kill and restart number is in the name). `LogView` is the run's log folded into
-what the fault tests look at: which episodes started and ended, the steps executed, the requests issued,
-the answers given.
+`Cluster` starts the run's workers as subprocesses with the command lines `trialog run start --spawn` uses
+(`ops.run_workers.worker_commands`), kills them with SIGKILL and starts them again; each process writes its
+own log file under the test's folder (the kill and restart number is in the name). `LogView` is the run's
+log folded into what the fault tests look at: which episodes started and ended, the steps executed, the
+requests issued, the answers given.
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
 
-from ops.paths import REPO_ROOT
+from ops.paths import REPO_ROOT, Paths
+from ops.run_workers import WORKER_KINDS, worker_commands
 from schemas.codec import DecodeError, default_codec
 from schemas.events import EpisodeCompleted, EpisodeFailed, EpisodeStarted, StepExecuted
 from schemas.requests import PolicyRequest, SandboxRequest, VerifyRequest
 from streams.kafka.topics import topic_name
 
-WORKER_KINDS = ("streams", "sandbox", "rollout", "verifier")
 READ_TOPICS = (
     "episode.events",
     "policy.requests",
@@ -52,68 +52,50 @@ def wait_for(what: str, check: Callable[[], bool], timeout_s: float, every_s: fl
 
 @dataclass
 class Cluster:
-    """The worker subprocesses of one run."""
+    """The worker subprocesses of one run, started with the command lines of `trialog run start --spawn`
+    (`ops.run_workers.worker_commands`: the same consumer groups, folders and object store under `paths`),
+    the scripted rollout playing `actions`; each process is named by its restart (`instance`)."""
 
     run: str
     bootstrap: str
     folder: Path
     tasks: Sequence[Path]
     actions: Path
-    objects: Path
+    paths: Paths
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     generation: dict[str, int] = field(default_factory=dict)
     instances: list[str] = field(default_factory=list)
-    streams_data: Path | None = None
 
     def instance(self, kind: str) -> str:
         """The name of the `kind` worker's current process (the restart number is in it)."""
         return f"{self.run}-{kind}-{self.generation[kind]}"
 
     def argv(self, kind: str) -> list[str]:
+        if kind not in WORKER_KINDS:
+            raise ValueError(
+                f"{kind}: not a worker of `run start --spawn` (start the scheduler with start_scheduler)"
+            )
         instance = self.instance(kind)
         self.instances.append(instance)
-        base = [
-            sys.executable,
-            "-m",
-            "ops.cli",
-            "worker",
-            kind,
-            "--run",
-            self.run,
-            "--bootstrap",
-            self.bootstrap,
-        ]
-        base += ["--instance", instance]
-        if kind == "streams":
-            assert self.streams_data is not None
-            return [*base, "--data-dir", str(self.streams_data)]
-        if kind == "sandbox":
-            state = self.folder / "sandbox-steps"
-            return [
-                *base,
-                "--group",
-                f"{self.run}.sandbox",
-                "--objects",
-                str(self.objects),
-                "--state",
-                str(state),
-            ]
-        if kind == "rollout":
-            return [
-                *base,
-                "--group",
-                f"{self.run}.rollout",
-                "--policy",
-                "scripted",
-                "--actions",
-                str(self.actions),
-            ]
-        if kind == "verifier":
-            folders = [arg for folder in self.tasks for arg in ("--tasks", str(folder))]
-            return [*base, "--group", f"{self.run}.verifier", *folders, "--objects", str(self.objects)]
-        if kind == "scheduler":
-            raise ValueError("start the scheduler with start_scheduler")
-        raise ValueError(kind)
+        commands = worker_commands(
+            self.run, self.bootstrap, "scripted", self.tasks, self.paths,
+            rollout_args=["--actions", str(self.actions)], instances={kind: instance},
+        )  # fmt: skip
+        return commands[kind]
+
+    @property
+    def streams_data(self) -> Path:
+        """The streams worker's RocksDB folder, as `worker_commands` gives it."""
+        argv = worker_commands(self.run, self.bootstrap, "scripted", self.tasks, self.paths)["streams"]
+        return Path(argv[argv.index("--data-dir") + 1])
+
+    def lose_streams_data(self) -> None:
+        """Move the (stopped) streams worker's local state aside, as a replaced machine would have none: its
+        next process restores the tables from their changelogs. The old folder stays for a look afterwards."""
+        assert self.processes["streams"].poll() is not None, "the streams worker still runs"
+        data = self.streams_data
+        if data.exists():
+            data.rename(data.with_name(f"{data.name}-{self.generation['streams']}"))
 
     def log(self, kind: str) -> Path:
         return self.folder / "logs" / f"{kind}-{self.generation[kind]}.log"

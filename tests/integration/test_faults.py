@@ -143,12 +143,13 @@ class Faults:
         kind: str,
         check: Callable[[LogView], bool],
         *,
-        fresh_data: Path | None = None,
+        fresh_data: bool = False,
         pause_first: bool = False,
     ) -> None:
         """kill -9 the `kind` worker at a moment `check` finds in the log; with `pause_first` the worker is
         paused (SIGSTOP) before the wait, so that the requests it would answer stay outstanding until the
-        kill: the moment is certain to come instead of a race against a fast worker."""
+        kill: the moment is certain to come instead of a race against a fast worker. With `fresh_data` the
+        streams worker starts again without its local state (RocksDB), as on a replacement machine."""
         at_pause: dict[str, int] = {}
         if pause_first:
             view = self.moment(
@@ -163,8 +164,8 @@ class Faults:
         self.record(fault, view, in_flight_at_pause=at_pause)
         killed = time.monotonic()
         self.cluster.kill(kind)
-        if fresh_data is not None:
-            self.cluster.streams_data = fresh_data
+        if fresh_data:
+            self.cluster.lose_streams_data()
         self.cluster.start(kind)
         self.serving(kind, killed)
         self.progress()
@@ -265,10 +266,7 @@ def cluster(
     publish_tasks(
         list(EXAMPLES), kafka_bootstrap, LocalObjectStore(paths.objects), str(sandbox_ref()), run=run
     )
-    made = Cluster(
-        run, kafka_bootstrap, tmp_path, EXAMPLES, _actions(tmp_path / "actions.json"), paths.objects
-    )
-    made.streams_data = tmp_path / "streams-data-0"
+    made = Cluster(run, kafka_bootstrap, tmp_path, EXAMPLES, _actions(tmp_path / "actions.json"), paths)
     try:
         yield made
     finally:
@@ -303,7 +301,7 @@ def test_a_run_survives_crashes_of_every_worker_of_a_sandbox_and_of_the_broker(
         _kill_a_running_step(docker_client, faults)
         faults.kill_worker("verifier", _grading, pause_first=True)
         faults.restart_broker(kafka)
-        faults.kill_worker("streams", _mid_episode, fresh_data=tmp_path / "streams-data-1")
+        faults.kill_worker("streams", _mid_episode, fresh_data=True)
         wait_for(
             "the scheduler's end",
             lambda: scheduler.poll() is not None or not all(cluster.alive().values()),

@@ -89,6 +89,17 @@ def test_spawned_workers_share_the_object_store_and_run_in_the_runs_groups(tmp_p
     assert commands["rollout"][-4:] == ["--solutions", "examples/tasks/a", "--solutions", "examples/tasks/b"]
     assert commands["verifier"].count("--tasks") == 2
     assert "--solutions" not in worker_commands("r1", "b", "random", tasks, paths)["rollout"]
+    assert not any("--instance" in argv for argv in commands.values())  # each names itself host-pid
+
+
+def test_a_worker_process_can_be_named_without_changing_its_command_line(tmp_path: Path) -> None:
+    paths = Paths(tmp_path / "home", tmp_path / "cache")
+    plain = worker_commands("r1", "b", "scripted", [Path("t")], paths)
+    named = worker_commands("r1", "b", "scripted", [Path("t")], paths, instances={"sandbox": "r1-sandbox-2"})
+    assert named["sandbox"] == [*plain["sandbox"], "--instance", "r1-sandbox-2"]
+    assert {kind: named[kind] for kind in ("streams", "rollout", "verifier")} == {
+        kind: plain[kind] for kind in ("streams", "rollout", "verifier")
+    }
 
 
 def test_the_run_commands_parse() -> None:
