@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ops.audit import LogRecord
+from schemas import topics
 from schemas.codec import Codec, DecodeError, default_codec
 from schemas.events import (
     EPISODE_EVENT_TYPES,
@@ -30,13 +31,14 @@ from schemas.events import (
     StepExecuted,
 )
 from schemas.publications import PolicyPublished, TaskPublished
+from schemas.topics import topic_name
 from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
-from streams.kafka.topics import topic_name
 
-EVENTS = "episode.events"
-TASKS = "tasks"
-POLICY_VERSIONS = "policy.versions"
-TRAJECTORIES = ("trajectories.completed", "trajectories.failed")
+# Base names (a `LogRecord` names its topic by the base name, whatever the run).
+EVENTS = topics.EPISODE_EVENTS.name
+TASKS = topics.TASKS.name
+POLICY_VERSIONS = topics.POLICY_VERSIONS.name
+TRAJECTORIES = tuple(topic.name for topic in topics.TRAJECTORIES)
 
 
 class LogReadError(Exception):

@@ -31,6 +31,7 @@ from sandbox_agent.limits import ExecLimits, Quotas, SandboxSpec
 from sandbox_agent.manifest import SnapshotId
 from sandbox_agent.pool import WarmPools
 from sandbox_agent.results import StepResult
+from schemas import topics
 from schemas.blobs import ObjectStore
 from schemas.common import FailureClass, Output
 from schemas.events import EpisodeFailed, StepExecuted
@@ -45,7 +46,7 @@ DEFAULT_MAX_EPISODES = 8
 REMEMBERED_CRASHES = 1024
 REASON_LIMIT = 2000
 Answer = StepExecuted | EpisodeFailed
-ROUTE = Route(SandboxRequest, "sandbox.requests", "sandbox.results")
+ROUTE = Route(SandboxRequest, topics.SANDBOX_REQUESTS, topics.SANDBOX_RESULTS)
 
 
 @dataclasses.dataclass

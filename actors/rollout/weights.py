@@ -24,7 +24,7 @@ from safetensors.torch import load as safetensors_load
 from schemas.blobs import BlobIntegrityError, ObjectStore
 from schemas.codec import Codec, DecodeError, default_codec
 from schemas.publications import PolicyPublished
-from streams.kafka.topics import topic_name
+from schemas.topics import POLICY_VERSIONS
 
 log = logging.getLogger(__name__)
 CATCH_UP_S = 10.0
@@ -56,7 +56,7 @@ class KafkaPublications:
     def __init__(self, bootstrap: str, run: str = "", codec: Codec | None = None) -> None:
         from kafka import KafkaConsumer, TopicPartition
 
-        self.topic = topic_name(run, "policy.versions")
+        self.topic = POLICY_VERSIONS.of(run)
         self.codec = codec or default_codec()
         self._consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
         partitions = self._consumer.partitions_for_topic(self.topic) or {0}

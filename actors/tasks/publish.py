@@ -20,8 +20,9 @@ from schemas.blobs import BlobRef, ObjectStore
 from schemas.origin import Origin
 from schemas.publications import TaskPublished
 from schemas.requests import ResourceLimits
+from schemas.topics import TASKS
 from streams.errors import StackError
-from streams.kafka.topics import ensure_topics, topic_name
+from streams.kafka.topics import ensure_topics
 
 BUNDLE_MEDIA_TYPE = "application/x-tar"
 HARNESS_COMMAND = "python3 -I trialog_launch.py /workspace"  # see actors.tasks.verify
@@ -116,7 +117,7 @@ def publish_tasks(
             task = load_task(folder)
             ref = store.put(bundle(task), BUNDLE_MEDIA_TYPE)
             record = task_record(task, ref, origin, image, initial_snapshot(task, store))
-            producer.send(topic_name(run, "tasks"), key=task.id.encode(), value=record).get(timeout=30)
+            producer.send(TASKS.of(run), key=task.id.encode(), value=record).get(timeout=30)
             published.append(task.id)
     finally:
         producer.close()

@@ -33,8 +33,8 @@ from schemas.codec import Codec, DecodeError, default_codec
 from schemas.common import EventMeta
 from schemas.origin import Origin
 from schemas.record import Record
+from schemas.topics import DEADLETTER, Topic
 from streams.kafka.serving import SEND_TIMEOUT_S, LoopSettings, dead_letter, serve_requests, trace_headers
-from streams.kafka.topics import topic_name
 from streams.telemetry import tracing
 
 # The loop's settings are part of its API (the workers' command lines build them beside the loop).
@@ -65,11 +65,15 @@ Outcome = tuple[bytes, bytes] | Refused  # (key, encoded answer), or why the req
 
 @dataclass(frozen=True, slots=True)
 class Route(Generic[Req]):
-    """Which request type a loop reads from which topic, and where its answers go (base topic names)."""
+    """Which request type a loop reads from which topic, and where its answers go."""
 
     request_type: type[Req]
-    requests: str
-    results: str
+    requests: Topic
+    results: Topic
+
+    def __post_init__(self) -> None:
+        if self.request_type not in self.requests.records:  # the catalogue says what a topic carries
+            raise ValueError(f"{self.requests.name} carries no {self.request_type.__name__}")
 
 
 class RequestLoop(Generic[Req]):
@@ -90,9 +94,9 @@ class RequestLoop(Generic[Req]):
         self.settings = settings
         self.origin = origin
         self.codec = codec or default_codec()
-        self.requests_topic = topic_name(settings.run, route.requests)
-        self.results_topic = topic_name(settings.run, route.results)
-        self.deadletter_topic = topic_name(settings.run, "deadletter")
+        self.requests_topic = route.requests.of(settings.run)
+        self.results_topic = route.results.of(settings.run)
+        self.deadletter_topic = DEADLETTER.of(settings.run)
         self.stopping = threading.Event()
         # A poll's requests (decoded, to annotate their spans) and answers, computed together.
         self._ahead: dict[tuple[str, int, int], tuple[Req | Refused, Outcome]] = {}
@@ -115,7 +119,7 @@ class RequestLoop(Generic[Req]):
         """Answer one consumed record (computed ahead when its poll was answered together), or
         dead-letter it; traced as one span of the record's episode."""
         with tracing.consumed_span(
-            tracing.span_name(self.route.requests), record.key, None, headers=record.headers,
+            tracing.span_name(self.route.requests.name), record.key, None, headers=record.headers,
             topic=record.topic, partition=record.partition, offset=record.offset,
         ):  # fmt: skip
             self._serve(record, producer)

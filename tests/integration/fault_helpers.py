@@ -28,7 +28,7 @@ from ops.paths import REPO_ROOT
 from schemas.codec import DecodeError, default_codec
 from schemas.events import EpisodeCompleted, EpisodeFailed, EpisodeStarted, StepExecuted
 from schemas.requests import PolicyRequest, SandboxRequest, VerifyRequest
-from streams.kafka.topics import topic_name
+from schemas.topics import topic_name
 
 WORKER_KINDS = ("streams", "sandbox", "rollout", "verifier")
 READ_TOPICS = (

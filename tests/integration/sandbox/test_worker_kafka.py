@@ -29,9 +29,10 @@ from schemas.deadletter import DeadLetter
 from schemas.events import EpisodeFailed, StepExecuted
 from schemas.origin import Origin, SequentialIds, SystemClock
 from schemas.requests import SandboxRequest
+from schemas.topics import DEADLETTER, SANDBOX_REQUESTS, SANDBOX_RESULTS
 from streams.kafka.request_loop import LoopSettings, RequestLoop
 from streams.kafka.serving import METADATA_MAX_AGE_MS
-from streams.kafka.topics import ensure_topics, topic_name
+from streams.kafka.topics import ensure_topics
 from tests.integration.sandbox.conftest import TEST_LABELS
 from tests.unit.sandbox.requests import sandbox_request
 
@@ -79,8 +80,8 @@ def run_prefix(kafka_bootstrap: str) -> str:
 @pytest.fixture
 def answers(kafka_bootstrap: str, run_prefix: str) -> Iterator[KafkaConsumer]:
     consumer = KafkaConsumer(
-        topic_name(run_prefix, "sandbox.results"),
-        topic_name(run_prefix, "deadletter"),
+        SANDBOX_RESULTS.of(run_prefix),
+        DEADLETTER.of(run_prefix),
         bootstrap_servers=kafka_bootstrap,
         auto_offset_reset="earliest",
         enable_auto_commit=False,
@@ -108,7 +109,7 @@ def test_an_episode_survives_its_worker(
     image = str(sandbox_ref())
     settings = LoopSettings(kafka_bootstrap, f"{run_prefix}-sandbox", run_prefix, poll_timeout_ms=200)
     producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
-    requests = topic_name(run_prefix, "sandbox.requests")
+    requests = SANDBOX_REQUESTS.of(run_prefix)
 
     def ask(request: SandboxRequest) -> None:
         producer.send(requests, key=b"ep-k", value=CODEC.encode(request)).get(30)
