@@ -13,8 +13,8 @@ from learner.state import Arrival, Input, Position, Unreadable
 from schemas.codec import Codec, DecodeError, default_codec
 from schemas.origin import Clock
 from schemas.publications import PolicyPublished
+from schemas.topics import POLICY_VERSIONS, TRAJECTORIES_COMPLETED
 from schemas.trajectories import TrajectoryCompleted
-from streams.kafka.topics import topic_name
 
 log = logging.getLogger(__name__)
 SEND_TIMEOUT_S = 60.0
@@ -63,7 +63,7 @@ class KafkaFeed:
     def __init__(self, bootstrap: str, run: str, offsets: Mapping[tuple[str, int], int]) -> None:
         from kafka import KafkaConsumer, TopicPartition
 
-        self.topic = topic_name(run, "trajectories.completed")
+        self.topic = TRAJECTORIES_COMPLETED.of(run)
         self._consumer = KafkaConsumer(
             bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
         )
@@ -100,7 +100,7 @@ class KafkaAnnouncer:
         from actors.rollout.weights import KafkaPublications
 
         self.codec = codec or default_codec()
-        self.topic = topic_name(run, "policy.versions")
+        self.topic = POLICY_VERSIONS.of(run)
         self._reader = KafkaPublications(bootstrap, run, self.codec)
         self._producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
         self._versions: dict[str, set[int]] = {}

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from schemas import topics
 from schemas.chain import digest, verify_chain
 from schemas.codec import Codec, DecodeError, DecodeReason, default_codec
 from schemas.events import (
@@ -44,25 +45,25 @@ from schemas.fold import FoldError, fold
 from schemas.requests import PolicyRequest, SandboxRequest, VerifyRequest
 from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
 
-EVENTS = "episode.events"
+EVENTS = topics.EPISODE_EVENTS.name
 Request = PolicyRequest | SandboxRequest | VerifyRequest
 Trajectory = TrajectoryCompleted | TrajectoryFailed
 
 REQUEST_TOPICS: dict[str, tuple[str, type[Request]]] = {
-    "policy": ("policy.requests", PolicyRequest),
-    "sandbox": ("sandbox.requests", SandboxRequest),
-    "verify": ("verify.requests", VerifyRequest),
+    "policy": (topics.POLICY_REQUESTS.name, PolicyRequest),
+    "sandbox": (topics.SANDBOX_REQUESTS.name, SandboxRequest),
+    "verify": (topics.VERIFY_REQUESTS.name, VerifyRequest),
 }
 TRAJECTORY_TOPICS: dict[str, tuple[str, type[Trajectory]]] = {
-    "completed": ("trajectories.completed", TrajectoryCompleted),
-    "failed": ("trajectories.failed", TrajectoryFailed),
+    "completed": (topics.TRAJECTORIES_COMPLETED.name, TrajectoryCompleted),
+    "failed": (topics.TRAJECTORIES_FAILED.name, TrajectoryFailed),
 }
 AUDITED_TOPICS: tuple[str, ...] = (
     EVENTS,
     *(topic for topic, _ in REQUEST_TOPICS.values()),
     *(topic for topic, _ in TRAJECTORY_TOPICS.values()),
 )
-"""The base names of the topics an audit reads (prefix them with `streams.kafka.topics.topic_name`)."""
+"""The base names of the topics an audit reads (prefix them with `schemas.topics.topic_name`)."""
 
 DEFAULT_STALE_AFTER_S = 600.0
 

@@ -1,9 +1,9 @@
 """A run read back from its topics: records from Kafka (the adapter) and their decoded, per-episode view.
 
-`read_topics` is the one Kafka reader of the audit side (`audit`, `replay`, `reproduce`, `report`): one
-consumer without a group (nothing is committed), every partition of the named topics assigned by hand, read
-from the beginning, or from the first record at or after a timestamp (`offsets_for_times`), up to the end
-offsets taken when reading starts (records appended meanwhile are left for the next reading).
+`read_topics` is the Kafka reader of the audit side (`audit`, `replay`, `reproduce`, `report`): the run's
+topics by base name over `streams.kafka.reader.LogReader` (no group, nothing committed, every partition),
+from the beginning or from the first record at or after a timestamp, up to the end offsets taken when
+reading starts (records appended meanwhile are left for the next reading).
 
 `LoggedRun.collect` is pure: records in, each episode's events in log order (with the trajectory published
 for it), the tasks the run published (by id and version) and the policy versions, out. A run can be
@@ -12,12 +12,12 @@ audited on a machine that never ran it: this and the object store are all the au
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ops.audit import LogRecord
+from schemas import topics
 from schemas.codec import Codec, DecodeError, default_codec
 from schemas.events import (
     EPISODE_EVENT_TYPES,
@@ -30,13 +30,15 @@ from schemas.events import (
     StepExecuted,
 )
 from schemas.publications import PolicyPublished, TaskPublished
+from schemas.topics import topic_name
 from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
-from streams.kafka.topics import topic_name
+from streams.kafka.reader import LogReader, ReadError
 
-EVENTS = "episode.events"
-TASKS = "tasks"
-POLICY_VERSIONS = "policy.versions"
-TRAJECTORIES = ("trajectories.completed", "trajectories.failed")
+# Base names (a `LogRecord` names its topic by the base name, whatever the run).
+EVENTS = topics.EPISODE_EVENTS.name
+TASKS = topics.TASKS.name
+POLICY_VERSIONS = topics.POLICY_VERSIONS.name
+TRAJECTORIES = tuple(topic.name for topic in topics.TRAJECTORIES)
 
 
 class LogReadError(Exception):
@@ -58,106 +60,31 @@ def read_topics(
     """Every record of the run's topics `bases` (base names), each partition in offset order, from the
     beginning (or from the first record at or after `since_ms`, ms since the epoch) to the end offsets at
     the start. Raises `LogReadError` when Kafka cannot be reached or a topic is missing."""
-    from kafka import KafkaConsumer
     from kafka.errors import KafkaError
 
     names = {topic_name(run, base): base for base in bases}
     try:
-        consumer = KafkaConsumer(
-            bootstrap_servers=bootstrap,
-            group_id=None,
-            enable_auto_commit=False,
-            client_id="trialog-audit",
-            request_timeout_ms=30_000,
-            bootstrap_timeout_ms=10_000,
+        reader = LogReader(
+            bootstrap, list(names), since_ms=since_ms, require_topics=True, client_id="trialog-audit"
         )
     except KafkaError as exc:
         raise LogReadError(f"cannot reach Kafka at {bootstrap}: {exc!r}") from exc
+    except ReadError as exc:
+        raise LogReadError(f"run {run!r}: {exc} (is the run name right?)") from exc
     try:
-        partitions = _assign(consumer, names, run, bootstrap)
-        begin = _begin_offsets(consumer, partitions, since_ms)
-        end: dict[Any, int] = consumer.end_offsets(partitions)
-        for tp in partitions:
-            consumer.seek(tp, begin[tp])
-        yield from _drain(consumer, names, begin, end, timeout_s, bootstrap, progress)
+        for message in reader.to_end(timeout_s=timeout_s, progress=progress):
+            yield LogRecord(
+                names[message.topic],
+                message.partition,
+                message.offset,
+                message.key,
+                message.value,
+                message.timestamp,
+            )
+    except ReadError as exc:
+        raise LogReadError(str(exc)) from exc
     finally:
-        consumer.close()
-
-
-def _assign(consumer: Any, names: dict[str, str], run: str, bootstrap: str) -> list[Any]:
-    from kafka import TopicPartition
-    from kafka.errors import KafkaError
-
-    try:
-        existing = consumer.topics()
-    except KafkaError as exc:
-        raise LogReadError(f"cannot list the topics on {bootstrap}: {exc!r}") from exc
-    missing = sorted(name for name in names if name not in existing)
-    if missing:
-        what = "none of its topics exist" if len(missing) == len(names) else f"missing {', '.join(missing)}"
-        raise LogReadError(f"run {run!r} on {bootstrap}: {what} (is the run name right?)")
-    partitions = [
-        TopicPartition(name, partition)
-        for name in names
-        for partition in sorted(consumer.partitions_for_topic(name) or ())
-    ]
-    consumer.assign(partitions)
-    return partitions
-
-
-def _begin_offsets(consumer: Any, partitions: list[Any], since_ms: int | None) -> dict[Any, int]:
-    begin: dict[Any, int] = consumer.beginning_offsets(partitions)
-    if since_ms is None:
-        return begin
-    found = consumer.offsets_for_times({tp: since_ms for tp in partitions})
-    end: dict[Any, int] = consumer.end_offsets(partitions)
-    # No record at or after the time on a partition: nothing of it is read.
-    return {tp: (found[tp].offset if found.get(tp) is not None else end[tp]) for tp in partitions}
-
-
-def _drain(
-    consumer: Any,
-    names: dict[str, str],
-    begin: dict[Any, int],
-    end: dict[Any, int],
-    timeout_s: float,
-    bootstrap: str,
-    progress: Callable[[int, int], None] | None,
-) -> Iterator[LogRecord]:
-    total = sum(max(end[tp] - begin[tp], 0) for tp in begin)
-    pending = {tp for tp in begin if end[tp] > begin[tp]}
-    for tp in set(begin) - pending:
-        consumer.pause(tp)
-    done = 0
-    if progress is not None:
-        progress(done, total)
-    quiet_since = time.monotonic()
-    while pending:
-        batches = consumer.poll(timeout_ms=500, max_records=5_000)
-        for tp, batch in batches.items():
-            for message in batch:
-                if message.offset >= end[tp]:
-                    continue  # appended after the reading started
-                done += 1
-                yield LogRecord(
-                    names[tp.topic],
-                    tp.partition,
-                    message.offset,
-                    message.key,
-                    message.value,
-                    message.timestamp,
-                )
-        for tp in list(pending):
-            if consumer.position(tp) >= end[tp]:
-                pending.discard(tp)
-                consumer.pause(tp)
-        if batches:
-            quiet_since = time.monotonic()
-        elif time.monotonic() - quiet_since > timeout_s:
-            left = ", ".join(f"{tp.topic}[{tp.partition}]" for tp in sorted(pending))
-            raise LogReadError(f"no records for {timeout_s:g} s while reading {left} on {bootstrap}")
-        if progress is not None:
-            progress(done, total)
+        reader.close()
 
 
 # -- the decoded view (pure) ------------------------------------------------------------------------------

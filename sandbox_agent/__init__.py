@@ -8,8 +8,8 @@
         backend.restore(other_sandbox, snapshot_id)                   # byte-identical tree, any host
         pool.release(sandbox)                                         # destroyed, never reused
 
-`IdempotentExecutor` runs keyed steps (episode, step, attempt) once; `SandboxWorker` and `kafka_worker`
-serve `sandbox.requests`; `cli` and `worker_cli` are `trialog sandbox ...` and `trialog worker sandbox`.
+`IdempotentExecutor` runs keyed steps (episode, step, attempt) once; `SandboxWorker` (its `ROUTE` on the
+shared `streams.kafka.request_loop`) serves `sandbox.requests`; `ops.cli` has `trialog worker sandbox`.
 Modules are imported directly (`from sandbox_agent.docker_backend import DockerBackend`): this package
 imports nothing on its own, so the CLI stays quick to start.
 """

@@ -5,7 +5,8 @@ The worker keeps one sandbox per episode it serves. A request whose restore poin
 worker's sandbox holds (a new episode, an episode another worker advanced, a crashed sandbox) gets a fresh
 sandbox from the warm pool with the episode's last snapshot restored: that is how an episode continues on
 any worker after a crash. Each step runs through the idempotent executor (exec, then snapshot), so a
-redelivered request is answered from the recorded result. The Kafka loop is in `kafka_worker`.
+redelivered request is answered from the recorded result. On Kafka, `ROUTE` is served by
+`streams.kafka.request_loop` (the loop shared with the rollout and verifier) with `SandboxWorker.handle`.
 
 Failure answers (the owner decides what follows, `streams.owner.on_sandbox_failed`):
 * `invalid_action`: a write outside the workspace (refused before it runs) or a patch that does not apply;
@@ -30,11 +31,13 @@ from sandbox_agent.limits import ExecLimits, Quotas, SandboxSpec
 from sandbox_agent.manifest import SnapshotId
 from sandbox_agent.pool import WarmPools
 from sandbox_agent.results import StepResult
+from schemas import topics
 from schemas.blobs import ObjectStore
 from schemas.common import FailureClass, Output
 from schemas.events import EpisodeFailed, StepExecuted
 from schemas.origin import Origin
 from schemas.requests import SandboxRequest
+from streams.kafka.request_loop import Route
 from streams.telemetry import tracing
 
 log = logging.getLogger(__name__)
@@ -43,6 +46,7 @@ DEFAULT_MAX_EPISODES = 8
 REMEMBERED_CRASHES = 1024
 REASON_LIMIT = 2000
 Answer = StepExecuted | EpisodeFailed
+ROUTE = Route(SandboxRequest, topics.SANDBOX_REQUESTS, topics.SANDBOX_RESULTS)
 
 
 @dataclasses.dataclass

@@ -34,10 +34,11 @@ from typing import Any
 
 import faust
 
+from schemas import topics
 from schemas.origin import Origin
 from schemas.requests import SamplingParams
+from schemas.topics import topic_name
 from streams.adapters import EventLogReader, FaustBus, FaustRows
-from streams.kafka.topics import TOPICS, topic_name
 from streams.ports import Input
 from streams.rows import TaskCache
 from streams.telemetry import metrics
@@ -58,7 +59,7 @@ REQUEST_TIMEOUT_S = 10.0
 # Faust's 1500 ms); under load 10 ms gave ~400 steps/s where 25 ms gave ~310 (same run, alternating).
 FETCH_MAX_WAIT_MS = 10
 BLOCK_CACHE_BYTES = 8 * 1024 * 1024  # per table partition (Faust's default is 2 GiB each)
-PARTITIONS = {spec.name: spec.partitions for spec in TOPICS}
+PARTITIONS = {topic.name: topic.partitions for topic in topics.TOPICS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +106,7 @@ def build_app(settings: Settings) -> tuple[faust.App, EpisodeWorker]:
         options={"driver": "rocksdict", "block_cache_size": BLOCK_CACHE_BYTES},
     )
     rows = FaustRows(table)
-    tasks = TaskCache(settings.bootstrap, topic_name(run, "tasks"))
+    tasks = TaskCache(settings.bootstrap, topics.TASKS.of(run))
     worker = EpisodeWorker(
         rows=rows,
         bus=FaustBus(app),

@@ -34,7 +34,6 @@ import logging
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from schemas.chain import digest
 from schemas.codec import DecodeError, EncodeError, default_codec
@@ -43,6 +42,7 @@ from schemas.fold import apply
 from schemas.publications import TaskPublished
 from schemas.requests import ResourceLimits, SamplingParams
 from schemas.state import EpisodeState
+from streams.kafka.reader import LogReader
 from streams.owner import Outstanding, OwnerState, TaskInfo
 
 log = logging.getLogger(__name__)
@@ -192,30 +192,17 @@ class TaskCache:
         self.bootstrap = bootstrap
         self.topic = topic
         self.tasks: dict[str, TaskInfo] = {}
-        self._consumer: Any = None
-
-    def _open(self) -> Any:
-        if self._consumer is None:
-            from kafka import KafkaConsumer, TopicPartition
-
-            consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False)
-            parts = consumer.partitions_for_topic(self.topic) or {0}
-            consumer.assign([TopicPartition(self.topic, p) for p in sorted(parts)])
-            consumer.seek_to_beginning()
-            self._consumer = consumer
-        return self._consumer
+        self._reader: LogReader | None = None
 
     def catch_up(self) -> int:
-        """Read the topic up to its current end; returns how many records were read."""
-        consumer = self._open()
-        assigned = consumer.assignment()
-        ends = consumer.end_offsets(list(assigned))
+        """Read the topic up to its current end (from where the last call stopped); returns how many
+        records were read."""
+        if self._reader is None:
+            self._reader = LogReader(self.bootstrap, [self.topic])
         seen = 0
-        while any(consumer.position(tp) < ends[tp] for tp in assigned):
-            for records in consumer.poll(timeout_ms=500).values():
-                for record in records:
-                    seen += 1
-                    self.add(record.value)
+        for record in self._reader.to_end():
+            seen += 1
+            self.add(record.value)
         return seen
 
     def add(self, value: bytes | None) -> None:
@@ -235,9 +222,9 @@ class TaskCache:
         return self.tasks.get(task_id)
 
     def close(self) -> None:
-        if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
 
 
 def sampling_for(seed: int, run: SamplingParams | None = None) -> SamplingParams:

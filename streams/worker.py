@@ -89,6 +89,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from schemas import topics
 from schemas.chain import digest
 from schemas.codec import DecodeError, default_codec
 from schemas.commands import AbortEpisode, StartEpisode
@@ -117,21 +118,22 @@ from streams.telemetry import metrics, tracing
 
 log = logging.getLogger(__name__)
 
-COMMANDS, EVENTS, DEADLETTER = "episode.commands", "episode.events", "deadletter"
-ANSWERS = ("policy.results", "sandbox.results", "verify.results")
+COMMANDS, EVENTS, DEADLETTER = (
+    topics.EPISODE_COMMANDS.name,
+    topics.EPISODE_EVENTS.name,
+    topics.DEADLETTER.name,
+)
+ANSWERS = tuple(topic.name for topic in topics.ANSWERS)
 INPUTS = (COMMANDS, *ANSWERS)
 RETRY_BACKOFF_S = (0.2, 5.0)
 MAX_BATCH_ATTEMPTS = 12  # then the batch's error propagates and the process restarts (a crash is safe)
 _REQUEST_TOPICS: dict[type[Request], str] = {
-    PolicyRequest: "policy.requests",
-    SandboxRequest: "sandbox.requests",
-    VerifyRequest: "verify.requests",
+    PolicyRequest: topics.POLICY_REQUESTS.name,
+    SandboxRequest: topics.SANDBOX_REQUESTS.name,
+    VerifyRequest: topics.VERIFY_REQUESTS.name,
 }
-_ANSWER_TYPES: dict[str, tuple[type[Record], ...]] = {
-    "policy.results": (ActionProposed,),
-    "sandbox.results": (StepExecuted, EpisodeFailed),  # EpisodeFailed: a step the sandbox could not run
-    "verify.results": (RewardAssigned,),
-}
+# What the owner accepts on each result topic: the catalogue's record types of the topic.
+_ANSWER_TYPES: dict[str, tuple[type[Record], ...]] = {topic.name: topic.records for topic in topics.ANSWERS}
 
 
 @dataclass
@@ -462,9 +464,9 @@ class EpisodeWorker:
         trajectory = effects.trajectory
         if trajectory is not None:
             if isinstance(trajectory, TrajectoryCompleted):
-                topic, tkey = "trajectories.completed", trajectory.meta.task_id
+                topic, tkey = topics.TRAJECTORIES_COMPLETED.name, trajectory.meta.task_id
             else:
-                topic, tkey = "trajectories.failed", trajectory.meta.episode_id
+                topic, tkey = topics.TRAJECTORIES_FAILED.name, trajectory.meta.episode_id
             work.send(self.topic(topic), tkey.encode(), self._encode(trajectory))
         events = (*row.events, *(event.data for event in effects.events))
         work.change(key, replace(row, state=effects.state, events=events))

@@ -14,7 +14,6 @@ is the in-process fake; both pass the same contract test (tests/contracts/public
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -24,7 +23,8 @@ from safetensors.torch import load as safetensors_load
 from schemas.blobs import BlobIntegrityError, ObjectStore
 from schemas.codec import Codec, DecodeError, default_codec
 from schemas.publications import PolicyPublished
-from streams.kafka.topics import topic_name
+from schemas.topics import POLICY_VERSIONS
+from streams.kafka.reader import LogReader, ReadError
 
 log = logging.getLogger(__name__)
 CATCH_UP_S = 10.0
@@ -51,26 +51,23 @@ class MemoryPublications:
 
 class KafkaPublications:
     """Reads `policy.versions` of a run from its beginning; each `poll` catches up to the topic's end as it
-    was when the call started (a bounded wait: one metadata round trip and the fetches)."""
+    was when the call started (`streams.kafka.reader.LogReader`), waiting at most `CATCH_UP_S` for records
+    that do not come: the worker polls between requests and must not hang on a slow broker."""
 
     def __init__(self, bootstrap: str, run: str = "", codec: Codec | None = None) -> None:
-        from kafka import KafkaConsumer, TopicPartition
-
-        self.topic = topic_name(run, "policy.versions")
+        self.topic = POLICY_VERSIONS.of(run)
         self.codec = codec or default_codec()
-        self._consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-        partitions = self._consumer.partitions_for_topic(self.topic) or {0}
-        self._partitions = [TopicPartition(self.topic, p) for p in sorted(partitions)]
-        self._consumer.assign(self._partitions)
-        self._consumer.seek_to_beginning(*self._partitions)
+        self._reader = LogReader(bootstrap, [self.topic])
 
     def poll(self) -> list[PolicyPublished]:
-        ends: dict[Any, int] = self._consumer.end_offsets(self._partitions)
         found: list[PolicyPublished] = []
-        give_up = time.monotonic() + CATCH_UP_S
-        while time.monotonic() < give_up and any(self._consumer.position(p) < ends[p] for p in ends):
-            for records in self._consumer.poll(timeout_ms=100).values():
-                found += [p for p in (self._decode(r.value) for r in records) if p is not None]
+        try:
+            for record in self._reader.to_end(timeout_s=CATCH_UP_S):
+                published = self._decode(record.value)
+                if published is not None:
+                    found.append(published)
+        except ReadError as exc:  # the rest comes with the next poll
+            log.warning("%s: caught up partly (%s)", self.topic, exc)
         return found
 
     def _decode(self, value: bytes | None) -> PolicyPublished | None:
@@ -81,7 +78,7 @@ class KafkaPublications:
             return None
 
     def close(self) -> None:
-        self._consumer.close()
+        self._reader.close()
 
 
 class WeightsTarget(Protocol):

@@ -20,6 +20,7 @@ import logging
 from typing import Protocol, runtime_checkable
 
 from actors.rollout.policy import Policy, PolicyError, Sample
+from schemas import topics
 from schemas.events import ActionProposed
 from schemas.origin import Origin
 from schemas.requests import PolicyRequest
@@ -27,7 +28,7 @@ from streams.kafka.request_loop import Refused, Route
 
 log = logging.getLogger(__name__)
 DEFAULT_GROUP = "trialog-rollout"
-ROUTE = Route(PolicyRequest, "policy.requests", "policy.results")
+ROUTE = Route(PolicyRequest, topics.POLICY_REQUESTS, topics.POLICY_RESULTS)
 
 
 @runtime_checkable

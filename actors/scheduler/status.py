@@ -12,9 +12,10 @@ from typing import Any
 
 from schemas.commands import StartEpisode
 from schemas.events import EpisodeCompleted, EpisodeFailed, EpisodeStarted
+from schemas.topics import EPISODE_COMMANDS, EPISODE_EVENTS, TRAJECTORIES_COMPLETED, TRAJECTORIES_FAILED
 from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
 
-STATUS_TOPICS = ("episode.commands", "episode.events", "trajectories.completed", "trajectories.failed")
+STATUS_TOPICS = (EPISODE_COMMANDS, EPISODE_EVENTS, TRAJECTORIES_COMPLETED, TRAJECTORIES_FAILED)
 
 
 @dataclass
@@ -100,7 +101,6 @@ class RunStatus:
 
 def read_status(bootstrap: str, run: str) -> RunStatus:
     from streams.kafka.reader import read_to_end
-    from streams.kafka.topics import topic_name
 
-    topics = [topic_name(run, base) for base in STATUS_TOPICS]
+    topics = [topic.of(run) for topic in STATUS_TOPICS]
     return RunStatus(run).observe_all(value for _topic, value in read_to_end(bootstrap, topics))

@@ -32,15 +32,15 @@ from schemas.codec import default_codec
 from schemas.commands import StartEpisode
 from schemas.origin import Origin
 from schemas.publications import TaskPublished
+from schemas.topics import EPISODE_COMMANDS, TASKS, TRAJECTORIES, topic_name
 from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
 from streams.kafka.reader import assign_all, decoded, read_to_end
 from streams.kafka.serving import METADATA_MAX_AGE_MS, connected, poll
-from streams.kafka.topics import ensure_topics, topic_name
+from streams.kafka.topics import ensure_topics
 from streams.telemetry import tracing
 from streams.telemetry.attributes import record_attributes
 
 SEND_TIMEOUT_S = 60.0
-TRAJECTORIES = ("trajectories.completed", "trajectories.failed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +71,7 @@ class SchedulerProcess:
         self.state = SchedulerState()
         self.stopping = threading.Event()
         run = settings.target.run_id
-        self.topics = {base: topic_name(run, base) for base in ("tasks", "episode.commands", *TRAJECTORIES)}
+        self.topics = {topic: topic.of(run) for topic in (TASKS, EPISODE_COMMANDS, *TRAJECTORIES)}
         self.sent = 0  # commands this process sent
 
     def observe(self, value: object) -> None:
@@ -106,7 +106,7 @@ class SchedulerProcess:
         )
         producer = KafkaProducer(bootstrap_servers=settings.bootstrap, acks="all")
         try:
-            follow = [self.topics["tasks"], *(self.topics[base] for base in TRAJECTORIES)]
+            follow = [self.topics[TASKS], *(self.topics[topic] for topic in TRAJECTORIES)]
             # Everything up to now was read by `rebuild`; following from the beginning again is harmless
             # (every observation is idempotent) and cannot miss what arrived in between.
             assign_all(consumer, follow)
@@ -125,12 +125,12 @@ class SchedulerProcess:
                 self.say(f"{progress(self.state, target)}: done")
                 return 0
             if not self.state.tasks and time.monotonic() - waiting_since > settings.wait_for_tasks_s:
-                self.say(f"scheduler {target.run_id}: no task on {self.topics['tasks']}; publish tasks first")
+                self.say(f"scheduler {target.run_id}: no task on {self.topics[TASKS]}; publish tasks first")
                 return 1
             for command in decide(self.state, target, self.origin):
                 with tracing.span("scheduler.start_episode", command.episode_id, record_attributes(command)):
                     sent = producer.send(
-                        self.topics["episode.commands"],
+                        self.topics[EPISODE_COMMANDS],
                         key=command.episode_id.encode(),
                         value=codec.encode(command),
                         headers=tracing.outgoing_headers(),  # the owner's span hangs under this one

@@ -14,8 +14,9 @@ from actors.tasks.bundle import BUNDLE_MEDIA_TYPE, bundle, initial_snapshot, tas
 from actors.tasks.spec import load_task
 from schemas.blobs import ObjectStore
 from schemas.origin import Origin
+from schemas.topics import TASKS
 from streams.errors import StackError
-from streams.kafka.topics import ensure_topics, topic_name
+from streams.kafka.topics import ensure_topics
 
 
 def publish_tasks(
@@ -42,7 +43,7 @@ def publish_tasks(
             task = load_task(folder)
             ref = store.put(bundle(task), BUNDLE_MEDIA_TYPE)
             record = task_record(task, ref, origin, image, initial_snapshot(task, store))
-            producer.send(topic_name(run, "tasks"), key=task.id.encode(), value=record).get(timeout=30)
+            producer.send(TASKS.of(run), key=task.id.encode(), value=record).get(timeout=30)
             published.append(task.id)
     finally:
         producer.close()

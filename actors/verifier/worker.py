@@ -28,6 +28,7 @@ from actors.tasks.spec import Task
 from actors.tasks.verify import Verification
 from actors.verifier.grading import Grader
 from actors.verifier.tasks import TaskSource, TaskUnavailable
+from schemas import topics
 from schemas.blobs import BlobRef, ObjectStore
 from schemas.common import Verdict
 from schemas.events import RewardAssigned
@@ -38,7 +39,7 @@ from streams.kafka.request_loop import Route
 log = logging.getLogger(__name__)
 
 DEFAULT_GROUP = "trialog-verifier"
-ROUTE = Route(VerifyRequest, "verify.requests", "verify.results")
+ROUTE = Route(VerifyRequest, topics.VERIFY_REQUESTS, topics.VERIFY_RESULTS)
 VERIFIER_ID = "trialog-verify/1"  # the grading rules' identity: bump when they change what a grade means
 REPORT_MEDIA_TYPE = "application/json"
 DEFAULT_CACHE = 1024

@@ -31,8 +31,9 @@ from typing import Any
 from ops.bench.report import cpu_model, memory_gib, write_section
 from ops.console import say
 from ops.paths import REPO_ROOT
+from schemas.topics import TRAJECTORIES_COMPLETED
 from streams.errors import StackError
-from streams.kafka.topics import ensure_topics, topic_name
+from streams.kafka.topics import ensure_topics
 
 INSTRUCTION_WORDS = "Fix the function in calc.py so that the tests in tests/test_calc.py pass. "
 
@@ -204,7 +205,7 @@ class RolloutStandIn:
                 tokens = sum(len(s.action.token_ids) for m in members for s in m.steps)
                 time.sleep(tokens / self.args.rollout_tokens_per_s)
             for member in members:
-                producer.send(topic_name(self.run_id, "trajectories.completed"), key=f"task-{g}".encode(),
+                producer.send(TRAJECTORIES_COMPLETED.of(self.run_id), key=f"task-{g}".encode(),
                               value=codec.encode(member))  # fmt: skip
             producer.flush()
         producer.close()

@@ -33,8 +33,16 @@ from typing import Any
 from ops.bench.report import cpu_model, memory_gib, write_section
 from ops.console import say
 from ops.paths import REPO_ROOT
+from schemas.topics import (
+    EPISODE_COMMANDS,
+    POLICY_REQUESTS,
+    SANDBOX_REQUESTS,
+    TASKS,
+    TRAJECTORIES_COMPLETED,
+    VERIFY_REQUESTS,
+)
 from streams.errors import StackError
-from streams.kafka.topics import TOPICS, ensure_topics, topic_name
+from streams.kafka.topics import ensure_topics
 from streams.profiling import PROFILE_ENV
 
 TARGETS = {"p50_ms": 20.0, "p99_ms": 100.0, "steps_per_s": 500.0}
@@ -171,12 +179,11 @@ def _drive(bootstrap: str, run_id: str, episodes: int, steps: int, streams_pid: 
     producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=0)
     # A short fetch wait: the default (500 ms) would be measured as orchestration time.
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_wait_ms=5)
-    partitions = {spec.name: spec.partitions for spec in TOPICS}
-    bases = ("policy.requests", "sandbox.requests", "verify.requests", "trajectories.completed")
-    consumer.assign([TopicPartition(topic_name(run_id, b), p) for b in bases for p in range(partitions[b])])
+    read = (POLICY_REQUESTS, SANDBOX_REQUESTS, VERIFY_REQUESTS, TRAJECTORIES_COMPLETED)
+    consumer.assign([TopicPartition(topic.of(run_id), p) for topic in read for p in range(topic.partitions)])
     consumer.seek_to_beginning()
     workers = NullWorkers(steps)
-    producer.send(topic_name(run_id, "tasks"), key=b"bench-task", value=codec.encode(task_record()))
+    producer.send(TASKS.of(run_id), key=b"bench-task", value=codec.encode(task_record()))
     producer.flush()
     _warm_up(producer, consumer, run_id, workers, steps)
     sent_at: dict[str, float] = {}
@@ -185,16 +192,15 @@ def _drive(bootstrap: str, run_id: str, episodes: int, steps: int, streams_pid: 
     started = time.monotonic()
     cpu_before, driver_before = cpu_seconds(streams_pid), time.process_time()
     for command in start_commands(run_id, episodes, steps):
-        producer.send(topic_name(run_id, "episode.commands"), key=command.episode_id.encode(),
+        producer.send(EPISODE_COMMANDS.of(run_id), key=command.episode_id.encode(),
                       value=codec.encode(command))  # fmt: skip
     producer.flush()
     deadline = started + 300
     while done < episodes and time.monotonic() < deadline:
         for tp, records in consumer.poll(timeout_ms=100).items():
-            base = tp.topic[len(run_id) + 1 :]
             for record in records:
                 now = time.monotonic()
-                if base == "trajectories.completed":
+                if tp.topic == TRAJECTORIES_COMPLETED.of(run_id):
                     done += 1
                     continue
                 request = codec.decode(record.value)
@@ -205,10 +211,8 @@ def _drive(bootstrap: str, run_id: str, episodes: int, steps: int, streams_pid: 
                     continue
                 if episode in sent_at:
                     overheads.append((now - sent_at.pop(episode)) * 1000)
-                answer_base, answer = workers.answer(request)
-                producer.send(
-                    topic_name(run_id, answer_base), key=episode.encode(), value=codec.encode(answer)
-                )
+                answer_topic, answer = workers.answer(request)
+                producer.send(answer_topic.of(run_id), key=episode.encode(), value=codec.encode(answer))
                 sent_at[episode] = time.monotonic()
                 answered += 1
         producer.flush()
@@ -241,9 +245,7 @@ def _warm_up(producer: Any, consumer: Any, run_id: str, workers: Any, steps: int
         (command,) = start_commands(run_id, 1, steps)
         episode = f"{run_id}{WARM_UP}{attempt}"
         command = dc.replace(command, episode_id=episode, meta=dc.replace(command.meta, event_id=episode))
-        producer.send(
-            topic_name(run_id, "episode.commands"), key=episode.encode(), value=codec.encode(command)
-        )
+        producer.send(EPISODE_COMMANDS.of(run_id), key=episode.encode(), value=codec.encode(command))
         producer.flush()
         retry_at = time.monotonic() + 20
         while time.monotonic() < min(retry_at, give_up):
@@ -253,9 +255,9 @@ def _warm_up(producer: Any, consumer: Any, run_id: str, workers: Any, steps: int
                     if isinstance(value, TrajectoryCompleted) and WARM_UP in value.meta.episode_id:
                         return
                     if isinstance(value, PolicyRequest | SandboxRequest | VerifyRequest):
-                        answer_base, answer = workers.answer(value)
+                        answer_topic, answer = workers.answer(value)
                         key = value.meta.episode_id.encode()
-                        producer.send(topic_name(run_id, answer_base), key=key, value=codec.encode(answer))
+                        producer.send(answer_topic.of(run_id), key=key, value=codec.encode(answer))
             producer.flush()
     raise StackError("the warm-up episode did not complete within 240 s")
 

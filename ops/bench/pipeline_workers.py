@@ -14,6 +14,7 @@ from schemas.origin import Origin
 from schemas.publications import TaskPublished
 from schemas.record import Record
 from schemas.requests import PolicyRequest, SandboxRequest, VerifyRequest
+from schemas.topics import POLICY_RESULTS, SANDBOX_RESULTS, VERIFY_RESULTS, Topic
 
 TASK_ID = "bench-task"
 TASK_VERSION = hashlib.sha256(b"bench-task").hexdigest()
@@ -56,18 +57,18 @@ class NullWorkers:
         self.sandbox = Origin.system("sandbox", "null")
         self.verifier = Origin.system("verifier", "null")
 
-    def answer(self, request: Record) -> tuple[str, Record]:
+    def answer(self, request: Record) -> tuple[Topic, Record]:
         if isinstance(request, PolicyRequest):
             step = request.meta.step
             action = RunCommand("true") if step < self.steps else Submit()
             meta = self.rollout.reply_meta(request.meta)
-            return "policy.results", ActionProposed(meta, action, "null", 1, (1,), (0.0,), 1)
+            return POLICY_RESULTS, ActionProposed(meta, action, "null", 1, (1,), (0.0,), 1)
         if isinstance(request, SandboxRequest):
             meta = dataclasses.replace(
                 self.sandbox.reply_meta(request.meta), snapshot_id=f"snap-null-{request.meta.step}"
             )
-            return "sandbox.results", StepExecuted(meta, 0, Output(""), Output(""), False, 1)
+            return SANDBOX_RESULTS, StepExecuted(meta, 0, Output(""), Output(""), False, 1)
         if isinstance(request, VerifyRequest):
             meta = self.verifier.reply_meta(request.meta)
-            return "verify.results", RewardAssigned(meta, 1.0, Verdict.PASS, 1, 1, (), (), "null")
+            return VERIFY_RESULTS, RewardAssigned(meta, 1.0, Verdict.PASS, 1, 1, (), (), "null")
         raise TypeError(f"not a request: {type(request).__name__}")

@@ -219,12 +219,12 @@ def training_summary(stage: Stage, run: str, seconds: float) -> Training:
 def published_versions(bootstrap: str, run: str) -> list[tuple[int, int]]:
     """(version, trajectories trained into it) of every PolicyPublished of `run`, in version order."""
     from schemas.publications import PolicyPublished
+    from schemas.topics import POLICY_VERSIONS
     from streams.kafka.reader import read_to_end
-    from streams.kafka.topics import topic_name
 
     found = {
         value.version: value.trajectories
-        for _topic, value in read_to_end(bootstrap, [topic_name(run, "policy.versions")])
+        for _topic, value in read_to_end(bootstrap, [POLICY_VERSIONS.of(run)])
         if isinstance(value, PolicyPublished) and value.run_id == run
     }
     return sorted(found.items())

@@ -1,8 +1,9 @@
 """A stateless worker's Kafka loop: consume a request topic, answer on a result topic, dead-letter the rest.
 
-Shared by the rollout worker (`policy.requests` -> `policy.results`) and the verifier (`verify.requests` ->
-`verify.results`); the sandbox worker's loop (`sandbox_agent.kafka_worker`) has the same shape. A consumer
-group: each partition, hence each episode, is served by one worker at a time; scale by running more.
+The one loop of the rollout worker (`policy.requests` -> `policy.results`), the sandbox worker
+(`sandbox.requests` -> `sandbox.results`) and the verifier (`verify.requests` -> `verify.results`): each
+worker is a `Route` and a handler. A consumer group: each partition, hence each episode, is served by one
+worker at a time; scale by running more.
 
 At least once: the answer (or dead letter) is produced and acknowledged before the request's offset is
 committed, so a crash redelivers the request and the handler answers it again. Handlers are idempotent on
@@ -14,9 +15,10 @@ Batching (`LoopSettings.max_batch` > 1 with a `handle_batch`): one poll takes up
 requests and `handle_batch` answers them together (the rollout worker's batched generate); then each is
 still sent and committed one by one, in order, exactly as without batching.
 
-Tracing: each request has its span (`policy.call`, `verify`), parented from the request's `traceparent`,
-and its answer names that span. A batched request's span covers sending its answer, not the shared
-generation, which ran before the span (one generation serves several episodes, hence several traces).
+Tracing: each request has its span (`policy.call`, `sandbox.exec`, `verify`: `tracing.span_name`),
+parented from the request's `traceparent`, and its answer names that span. A batched request's span covers
+sending its answer, not the shared generation, which ran before the span (one generation serves several
+episodes, hence several traces).
 """
 
 from __future__ import annotations
@@ -31,9 +33,12 @@ from schemas.codec import Codec, DecodeError, default_codec
 from schemas.common import EventMeta
 from schemas.origin import Origin
 from schemas.record import Record
-from streams.kafka.serving import SEND_TIMEOUT_S, Consuming, dead_letter, serve_requests, trace_headers
-from streams.kafka.topics import topic_name
+from schemas.topics import DEADLETTER, Topic
+from streams.kafka.serving import SEND_TIMEOUT_S, LoopSettings, dead_letter, serve_requests, trace_headers
 from streams.telemetry import tracing
+
+# The loop's settings are part of its API (the workers' command lines build them beside the loop).
+__all__ = ["LoopSettings", "Refused", "Request", "RequestLoop", "Route"]
 
 log = logging.getLogger(__name__)
 
@@ -45,17 +50,6 @@ class Refused(Exception):
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
-
-
-@dataclass(frozen=True, slots=True)
-class LoopSettings:
-    bootstrap: str
-    group_id: str
-    run: str = ""  # topic prefix of the run ("" for the bare names)
-    poll_timeout_ms: int = 500
-    # Longer than one request may take to handle, or the group would think this worker dead.
-    max_poll_interval_ms: int = 900_000
-    max_batch: int = 1  # requests taken per poll and handed to `handle_batch` together
 
 
 class Request(Record, Protocol):
@@ -71,11 +65,15 @@ Outcome = tuple[bytes, bytes] | Refused  # (key, encoded answer), or why the req
 
 @dataclass(frozen=True, slots=True)
 class Route(Generic[Req]):
-    """Which request type a loop reads from which topic, and where its answers go (base topic names)."""
+    """Which request type a loop reads from which topic, and where its answers go."""
 
     request_type: type[Req]
-    requests: str
-    results: str
+    requests: Topic
+    results: Topic
+
+    def __post_init__(self) -> None:
+        if self.request_type not in self.requests.records:  # the catalogue says what a topic carries
+            raise ValueError(f"{self.requests.name} carries no {self.request_type.__name__}")
 
 
 class RequestLoop(Generic[Req]):
@@ -96,25 +94,17 @@ class RequestLoop(Generic[Req]):
         self.settings = settings
         self.origin = origin
         self.codec = codec or default_codec()
-        self.requests_topic = topic_name(settings.run, route.requests)
-        self.results_topic = topic_name(settings.run, route.results)
-        self.deadletter_topic = topic_name(settings.run, "deadletter")
+        self.requests_topic = route.requests.of(settings.run)
+        self.results_topic = route.results.of(settings.run)
+        self.deadletter_topic = DEADLETTER.of(settings.run)
         self.stopping = threading.Event()
         # A poll's requests (decoded, to annotate their spans) and answers, computed together.
         self._ahead: dict[tuple[str, int, int], tuple[Req | Refused, Outcome]] = {}
 
     def run(self) -> None:
-        s = self.settings
-        consuming = Consuming(
-            s.bootstrap,
-            s.group_id,
-            self.requests_topic,
-            s.poll_timeout_ms,
-            s.max_poll_interval_ms,
-            # One request at a time unless the handler batches: a slow one must not hold others back.
-            max_poll_records=s.max_batch if self.handle_batch else 1,
-        )
-        serve_requests(consuming, self.serve, self.stopping, prepare=self.answer_ahead)
+        # One request per poll unless the handler batches: a slow one must not hold others back.
+        prepare = self.answer_ahead if self.handle_batch is not None else None
+        serve_requests(self.settings, self.requests_topic, self.serve, self.stopping, prepare=prepare)
 
     def answer_ahead(self, records: Sequence[Any]) -> None:
         """Answer a poll's records together (batched generation); `serve` then sends each in order."""
@@ -129,7 +119,7 @@ class RequestLoop(Generic[Req]):
         """Answer one consumed record (computed ahead when its poll was answered together), or
         dead-letter it; traced as one span of the record's episode."""
         with tracing.consumed_span(
-            tracing.span_name(self.route.requests), record.key, None, headers=record.headers,
+            tracing.span_name(self.route.requests.name), record.key, None, headers=record.headers,
             topic=record.topic, partition=record.partition, offset=record.offset,
         ):  # fmt: skip
             self._serve(record, producer)
@@ -164,10 +154,6 @@ class RequestLoop(Generic[Req]):
             return request
         tracing.annotate(request)
         return self._answer_one(request)
-
-    def answer_all(self, values: list[bytes | None]) -> list[Outcome]:
-        """`answer` for each value, in order; with `handle_batch`, the decodable requests in one call."""
-        return self._answer_decoded([self._decode(value) for value in values])
 
     def _answer_decoded(self, decoded: list[Req | Refused]) -> list[Outcome]:
         requests = [d for d in decoded if not isinstance(d, Refused)]

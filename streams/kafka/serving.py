@@ -1,6 +1,6 @@
 """Serving a request topic: wait for Kafka, consume one record at a time, answer it, commit it, survive a
-broker restart. Shared by the stateless workers' loops (rollout, verifier: `streams.kafka.request_loop`;
-sandbox: `sandbox_agent.kafka_worker`), which differ only in how they answer a record.
+broker restart. The floor of `streams.kafka.request_loop`, the one loop of the stateless workers (rollout,
+sandbox, verifier), which differ only in how they answer a record.
 
 Start-up: `connected` waits for the broker with a growing pause and says so, so a worker started before
 Kafka (or during a broker restart) waits instead of crashing.
@@ -42,20 +42,23 @@ CONNECT_TRY_MS = 5_000
 
 
 @dataclass(frozen=True, slots=True)
-class Consuming:
-    """Which topic a worker serves, in which consumer group."""
+class LoopSettings:
+    """Where a stateless worker's requests come from: the broker, the run, the consumer group, the timings.
+    The one settings class of the request-serving loop (rollout, sandbox, verifier)."""
 
     bootstrap: str
     group_id: str
-    topic: str
+    run: str = ""  # topic prefix of the run ("" for the bare names)
     poll_timeout_ms: int = 500
-    # Longer than one request may take to handle, or the group would think this worker dead.
+    # Longer than one request may take to handle (a sandbox step: timeout + snapshot; a verification: the
+    # task's tests), or the group would think this worker dead.
     max_poll_interval_ms: int = 900_000
     # A worker killed without leaving the group holds its partitions this long (heartbeats come from a
     # thread of their own, so a long request does not count). kafka-python's default is 45 s.
     session_timeout_ms: int = 15_000
-    # More than 1 only for a worker that answers a poll's records together (batched generation).
-    max_poll_records: int = 1
+    # Requests taken per poll and answered together by a worker that batches (the rollout's generation);
+    # a worker that does not takes one at a time, so a slow request never holds others back.
+    max_batch: int = 1
     # The longest the broker holds a fetch none of whose partitions has data. kafka-python's default
     # (500 ms) delays a request: a fetch names only the partitions without unread records, so a request
     # arriving meanwhile on one that had some waits for it. Measured on an idle consumer here: 10 ms costs
@@ -109,39 +112,41 @@ def subscribe_when_known(
 
 
 def serve_requests(
-    consuming: Consuming,
+    settings: LoopSettings,
+    topic: str,
     serve: Callable[[Any, Any], None],
     stopping: threading.Event,
     say: Callable[[str], None] | None = None,
     *,
     prepare: Callable[[Sequence[Any]], None] | None = None,
 ) -> None:
-    """Call `serve(record, producer)` for each record of `consuming.topic`, one at a time, committing each
-    after it is served, until `stopping` is set. At least once: a crash before the commit serves it again.
-    `prepare`, when given, first sees all the records of each poll (to answer them together)."""
+    """Call `serve(record, producer)` for each record of `topic` (a full name), one at a time, committing
+    each after it is served, until `stopping` is set. At least once: a crash before the commit serves it
+    again. `prepare`, when given, first sees all the records of each poll (up to `settings.max_batch`) to
+    answer them together; without it a poll takes one record."""
     from kafka import KafkaConsumer, KafkaProducer
 
-    if not connected(consuming.bootstrap, stopping, say):
+    if not connected(settings.bootstrap, stopping, say):
         return
     consumer = KafkaConsumer(
-        bootstrap_servers=consuming.bootstrap,
-        group_id=consuming.group_id,
+        bootstrap_servers=settings.bootstrap,
+        group_id=settings.group_id,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
-        max_poll_records=consuming.max_poll_records,
-        fetch_max_wait_ms=consuming.fetch_max_wait_ms,
-        max_poll_interval_ms=consuming.max_poll_interval_ms,
-        session_timeout_ms=consuming.session_timeout_ms,
-        heartbeat_interval_ms=consuming.session_timeout_ms // 5,
+        max_poll_records=settings.max_batch if prepare is not None else 1,
+        fetch_max_wait_ms=settings.fetch_max_wait_ms,
+        max_poll_interval_ms=settings.max_poll_interval_ms,
+        session_timeout_ms=settings.session_timeout_ms,
+        heartbeat_interval_ms=settings.session_timeout_ms // 5,
         metadata_max_age_ms=METADATA_MAX_AGE_MS,
     )
-    if not subscribe_when_known(consumer, consuming.topic, stopping, say):
+    if not subscribe_when_known(consumer, topic, stopping, say):
         consumer.close()
         return
-    producer = KafkaProducer(bootstrap_servers=consuming.bootstrap, acks="all")
+    producer = KafkaProducer(bootstrap_servers=settings.bootstrap, acks="all")
     try:
         while not stopping.is_set():
-            polled = poll(consumer, consuming.poll_timeout_ms, stopping)
+            polled = poll(consumer, settings.poll_timeout_ms, stopping)
             if prepare is not None and polled:
                 prepare([record for records in polled.values() for record in records])
             serve_in_order(consumer, polled, lambda record: serve(record, producer), stopping)

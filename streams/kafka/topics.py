@@ -1,43 +1,11 @@
-"""trialog's topics (docs/topics.md), created explicitly since the broker never auto-creates them."""
+"""Creating a run's topics (the catalogue `schemas.topics`, described in docs/topics.md) on the broker,
+which never auto-creates them."""
 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
 
-
-@dataclass(frozen=True)
-class TopicSpec:
-    name: str
-    partitions: int
-    config: dict[str, str] = field(default_factory=dict)
-
-
-# The episode log is the record of a run, replayed for audits: it is kept, never aged out.
-_KEEP = {"retention.ms": "-1", "retention.bytes": "-1"}
-_COMPACT = {"cleanup.policy": "compact"}
-
-TOPICS: tuple[TopicSpec, ...] = (
-    TopicSpec("tasks", 1, _COMPACT),
-    TopicSpec("episode.commands", 8, _KEEP),
-    TopicSpec("episode.events", 8, _KEEP),
-    TopicSpec("policy.requests", 8, _KEEP),
-    TopicSpec("policy.results", 8, _KEEP),
-    TopicSpec("sandbox.requests", 8, _KEEP),
-    TopicSpec("sandbox.results", 8, _KEEP),
-    TopicSpec("verify.requests", 8, _KEEP),
-    TopicSpec("verify.results", 8, _KEEP),
-    TopicSpec("trajectories.completed", 8, _KEEP),
-    TopicSpec("trajectories.failed", 8, _KEEP),
-    TopicSpec("policy.versions", 1, _KEEP),
-    TopicSpec("deadletter", 1, _KEEP),
-)
-
-
-def topic_name(run: str, base: str) -> str:
-    """`run42.episode.events` for run "run42"; the bare name for the default run ("")."""
-    return f"{run}.{base}" if run else base
-
+from schemas.topics import TOPICS
 
 # A topic is usable once every partition has a leader in the broker's metadata; until then a consumer that
 # subscribes by name is given no partitions (and kafka-python looks again only at its next metadata refresh).
@@ -57,9 +25,9 @@ def ensure_topics(
     try:
         existing = set(admin.list_topics())
         wanted = [
-            NewTopic(topic_name(run, spec.name), spec.partitions, replication, topic_configs=spec.config)
-            for spec in TOPICS
-            if topic_name(run, spec.name) not in existing
+            NewTopic(topic.of(run), topic.partitions, replication, topic_configs=dict(topic.config))
+            for topic in TOPICS
+            if topic.of(run) not in existing
         ]
         # Another process may create some between our listing and our request: that is fine.
         if wanted:
@@ -74,4 +42,4 @@ def ensure_topics(
 
 def run_topics(run: str) -> list[str]:
     """The names of all of `run`'s topics."""
-    return [topic_name(run, spec.name) for spec in TOPICS]
+    return [topic.of(run) for topic in TOPICS]

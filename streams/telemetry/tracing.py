@@ -32,15 +32,16 @@ import time
 from collections.abc import Iterator
 from typing import Any, Protocol
 
+from schemas import topics
 from streams.telemetry import metrics as _metrics
 from streams.telemetry.attributes import Attributes, AttributeValue, kafka_attributes, record_attributes
 from streams.telemetry.ids import TRACEPARENT, Headers, SpanRef, traceparent_from_headers
 
 # The span of handling a request, by the request topic's base name (the loops are shared by workers).
 SPAN_NAMES = {
-    "policy.requests": "policy.call",
-    "sandbox.requests": "sandbox.exec",
-    "verify.requests": "verify",
+    topics.POLICY_REQUESTS.name: "policy.call",
+    topics.SANDBOX_REQUESTS.name: "sandbox.exec",
+    topics.VERIFY_REQUESTS.name: "verify",
 }
 
 

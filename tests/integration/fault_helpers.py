@@ -26,19 +26,23 @@ from kafka import KafkaConsumer, TopicPartition
 
 from ops.paths import REPO_ROOT, Paths
 from ops.run_workers import WORKER_KINDS, worker_commands
+from schemas import topics
 from schemas.codec import DecodeError, default_codec
 from schemas.events import EpisodeCompleted, EpisodeFailed, EpisodeStarted, StepExecuted
 from schemas.requests import PolicyRequest, SandboxRequest, VerifyRequest
-from streams.kafka.topics import topic_name
+from schemas.topics import topic_name
 
-READ_TOPICS = (
-    "episode.events",
-    "policy.requests",
-    "sandbox.requests",
-    "verify.requests",
-    "policy.results",
-    "sandbox.results",
-    "verify.results",
+READ_TOPICS = tuple(
+    topic.name
+    for topic in (
+        topics.EPISODE_EVENTS,
+        topics.POLICY_REQUESTS,
+        topics.SANDBOX_REQUESTS,
+        topics.VERIFY_REQUESTS,
+        topics.POLICY_RESULTS,
+        topics.SANDBOX_RESULTS,
+        topics.VERIFY_RESULTS,
+    )
 )
 
 
@@ -204,7 +208,11 @@ class LogView:
 
 class Reader:
     """An unsubscribed consumer that keeps reading the run's topics into a `LogView` (survives a broker
-    restart: kafka-python reconnects)."""
+    restart: kafka-python reconnects).
+
+    Not `streams.kafka.reader.LogReader`: this one is polled while the faults happen, a broker restart
+    included, and must return what it has instead of failing on the end offsets it cannot ask for then;
+    and it counts the records the consumer returned twice (`reread`), which the fault test reports."""
 
     def __init__(self, bootstrap: str, run: str) -> None:
         self.view = LogView()
@@ -246,11 +254,11 @@ class Reader:
             view.initial_snapshot[obj.meta.episode_id] = obj.meta.snapshot_id
         elif isinstance(obj, EpisodeCompleted):
             view.ended[obj.meta.episode_id] = "completed"
-        elif isinstance(obj, EpisodeFailed) and base == "episode.events":
+        elif isinstance(obj, EpisodeFailed) and base == topics.EPISODE_EVENTS.name:
             view.ended[obj.meta.episode_id] = obj.failure.value
-        elif isinstance(obj, EpisodeFailed) and base == "sandbox.results":
+        elif isinstance(obj, EpisodeFailed) and base == topics.SANDBOX_RESULTS.name:
             view.failure_answers.append(obj)
-        elif isinstance(obj, StepExecuted) and base == "episode.events":
+        elif isinstance(obj, StepExecuted) and base == topics.EPISODE_EVENTS.name:
             view.executed[obj.meta.episode_id].append(obj)
         elif isinstance(obj, (PolicyRequest, SandboxRequest, VerifyRequest)):
             kind = base.split(".")[0]

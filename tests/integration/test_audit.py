@@ -11,7 +11,8 @@ from kafka import KafkaProducer
 
 from ops.audit import EVENTS
 from ops.cli.main import main as trialog
-from streams.kafka.topics import ensure_topics, topic_name
+from schemas.topics import topic_name
+from streams.kafka.topics import ensure_topics
 from tests.unit.ops.test_audit import RunLog, healthy_run
 
 

@@ -28,9 +28,10 @@ from schemas.blobs import LocalObjectStore
 from schemas.codec import default_codec
 from schemas.commands import StartEpisode
 from schemas.common import FailureClass, Verdict
+from schemas.topics import DEADLETTER, EPISODE_COMMANDS, topic_name
 from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
 from streams.kafka.reader import read_to_end
-from streams.kafka.topics import ensure_topics, topic_name
+from streams.kafka.topics import ensure_topics
 from tests.unit.actors.requests import request_meta
 
 TASKS = REPO_ROOT / "examples" / "tasks"
@@ -94,7 +95,7 @@ def test_a_scripted_run_completes_every_episode_with_reward_one(
     assert all(t.reward == 1.0 and t.verdict.value == "pass" for t in completed.values())
     assert {t.meta.task_id for t in completed.values()} <= {"easy-fix-add", "easy-fix-range"}
     assert all(len(t.steps) == 2 for t in completed.values())  # apply the patch, then submit
-    letters = [v for _t, v in read_to_end(kafka_bootstrap, [topic_name(run, "deadletter")])]
+    letters = [v for _t, v in read_to_end(kafka_bootstrap, [DEADLETTER.of(run)])]
     print(f"dead letters: {len(letters)} {[getattr(v, 'reason', '?') for v in letters]}")
 
     status = _run_cli(env, "status", run, "--json", "--bootstrap", kafka_bootstrap, timeout=60)
@@ -111,12 +112,12 @@ def test_a_scripted_run_completes_every_episode_with_reward_one(
     )  # fmt: skip
     assert again.returncode == 0, again.stderr
     assert "valid" in again.stdout and f"started {EPISODES}/{EPISODES}" in again.stderr, again.stderr
-    recount = read_to_end(kafka_bootstrap, [topic_name(run, "episode.commands")])
+    recount = read_to_end(kafka_bootstrap, [EPISODE_COMMANDS.of(run)])
     assert sum(isinstance(v, StartEpisode) for _t, v in recount) == EPISODES
 
 
 def _commands(bootstrap: str, run: str) -> list[StartEpisode]:
-    found = read_to_end(bootstrap, [topic_name(run, "episode.commands")])
+    found = read_to_end(bootstrap, [EPISODE_COMMANDS.of(run)])
     return [v for _t, v in found if isinstance(v, StartEpisode)]
 
 

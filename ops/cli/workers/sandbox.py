@@ -43,12 +43,12 @@ def _cmd_worker_sandbox(args: argparse.Namespace) -> int:
     from ops.telemetry.setup import start_from_args
     from sandbox_agent.docker_backend import DockerBackend
     from sandbox_agent.idempotent import RocksResultStore
-    from sandbox_agent.kafka_worker import KafkaSettings, SandboxRequestLoop
     from sandbox_agent.pool import WarmPools
-    from sandbox_agent.worker import SandboxWorker
+    from sandbox_agent.worker import ROUTE, SandboxWorker
     from schemas.blobs import LocalObjectStore
     from schemas.origin import Origin
     from streams.errors import StackError
+    from streams.kafka.request_loop import LoopSettings, RequestLoop
     from streams.telemetry import metrics
 
     paths = Paths.from_env()
@@ -66,7 +66,7 @@ def _cmd_worker_sandbox(args: argparse.Namespace) -> int:
     origin = Origin.system("sandbox", args.instance)
     with RocksResultStore(args.state or home / f"steps-{args.instance}") as results:
         worker = SandboxWorker(backend, pools, results, objects, origin, args.max_episodes)
-        loop = SandboxRequestLoop(worker, KafkaSettings(bootstrap, args.run, args.group), origin)
+        loop = RequestLoop(ROUTE, worker.handle, LoopSettings(bootstrap, args.group, args.run), origin)
 
         def stop(signum: int, frame: FrameType | None) -> None:
             loop.stopping.set()

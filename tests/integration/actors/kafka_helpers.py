@@ -11,8 +11,9 @@ from typing import Any
 from kafka import KafkaConsumer
 
 from schemas.codec import default_codec
+from schemas.topics import topic_name
 from streams.kafka.serving import METADATA_MAX_AGE_MS
-from streams.kafka.topics import ensure_topics, topic_name
+from streams.kafka.topics import ensure_topics
 
 CODEC = default_codec()
 

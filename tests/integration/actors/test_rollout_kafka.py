@@ -13,7 +13,7 @@ from ops.paths import REPO_ROOT
 from schemas.actions import ApplyPatch, Submit
 from schemas.deadletter import DeadLetter
 from schemas.events import ActionProposed
-from streams.kafka.topics import topic_name
+from schemas.topics import DEADLETTER, POLICY_REQUESTS, POLICY_RESULTS
 from tests.integration.actors.kafka_helpers import CODEC, new_run, next_records, reading
 from tests.unit.actors.requests import policy_request, request_meta
 
@@ -31,7 +31,7 @@ def test_a_rollout_process_answers_requests_and_dead_letters_garbage(kafka_boots
     producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
     try:
         with reading(kafka_bootstrap, run, "policy.results", "deadletter") as answers:
-            requests = topic_name(run, "policy.requests")
+            requests = POLICY_REQUESTS.of(run)
             first = policy_request(meta=request_meta(episode="ep-a", task_id="easy-fix-range", step=0))
             second = policy_request(
                 meta=request_meta(episode="ep-a", task_id="easy-fix-range", step=1, attempt=2)
@@ -43,7 +43,7 @@ def test_a_rollout_process_answers_requests_and_dead_letters_garbage(kafka_boots
         by_topic: dict[str, list[object]] = {}
         for record in records:
             by_topic.setdefault(record.topic, []).append((record.key, CODEC.decode(record.value)))
-        results = by_topic[topic_name(run, "policy.results")]
+        results = by_topic[POLICY_RESULTS.of(run)]
         assert [key for key, _ in results] == [b"ep-a", b"ep-a"]
         patch, submit = (answer for _, answer in results)
         assert isinstance(patch, ActionProposed) and isinstance(patch.action, ApplyPatch)
@@ -57,7 +57,7 @@ def test_a_rollout_process_answers_requests_and_dead_letters_garbage(kafka_boots
                 request.meta.prev_hash,
             )
             assert answer.meta.producer.instance == "r1"
-        ((_, letter),) = by_topic[topic_name(run, "deadletter")]
+        ((_, letter),) = by_topic[DEADLETTER.of(run)]
         assert (
             isinstance(letter, DeadLetter)
             and letter.value == b"not a trialog record"

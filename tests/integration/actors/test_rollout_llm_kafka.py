@@ -18,7 +18,7 @@ from learner.model import prepare_model
 from learner.testing import tiny_chat_llama
 from ops.paths import REPO_ROOT, Paths
 from schemas.events import ActionProposed
-from streams.kafka.topics import topic_name
+from schemas.topics import POLICY_REQUESTS
 from tests.integration.actors.kafka_helpers import CODEC, new_run, next_records, reading
 from tests.unit.actors.requests import policy_request, request_meta
 
@@ -49,9 +49,7 @@ def test_an_llm_rollout_process_answers_with_logprobs(kafka_bootstrap: str, tiny
         with reading(kafka_bootstrap, run, "policy.results") as answers:
             for request in requests:
                 key = request.meta.episode_id.encode()
-                producer.send(topic_name(run, "policy.requests"), key=key, value=CODEC.encode(request)).get(
-                    30
-                )
+                producer.send(POLICY_REQUESTS.of(run), key=key, value=CODEC.encode(request)).get(30)
             records = next_records(answers, 4, timeout_s=300)
     finally:
         producer.close()

@@ -25,8 +25,8 @@ from schemas.blobs import LocalObjectStore
 from schemas.common import Producer, Verdict
 from schemas.events import RewardAssigned
 from schemas.origin import Origin, SequentialIds, SystemClock
+from schemas.topics import VERIFY_REQUESTS
 from streams.kafka.request_loop import LoopSettings, RequestLoop
-from streams.kafka.topics import topic_name
 from tests.integration.actors.kafka_helpers import CODEC, new_run, next_records, reading
 from tests.unit.actors.requests import request_meta, verify_request
 
@@ -109,9 +109,7 @@ def test_solved_and_unsolved_snapshots_are_graded_through_kafka(
     try:
         with reading(kafka_bootstrap, verifier, "verify.results") as answers:
             for key, request in requests.items():
-                producer.send(
-                    topic_name(verifier, "verify.requests"), key=key, value=CODEC.encode(request)
-                ).get(30)
+                producer.send(VERIFY_REQUESTS.of(verifier), key=key, value=CODEC.encode(request)).get(30)
             records = next_records(answers, 3, timeout_s=120)
     finally:
         producer.close()

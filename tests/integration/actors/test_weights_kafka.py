@@ -7,7 +7,7 @@ from kafka import KafkaProducer
 from actors.rollout.weights import KafkaPublications
 from schemas.codec import default_codec
 from schemas.publications import PolicyPublished
-from streams.kafka.topics import topic_name
+from schemas.topics import POLICY_VERSIONS
 from tests.integration.actors.kafka_helpers import new_run
 from tests.publications_contract import check_publications_contract
 
@@ -19,7 +19,7 @@ def test_the_kafka_source_meets_the_publications_contract(kafka_bootstrap: str) 
     source = KafkaPublications(kafka_bootstrap, run)
 
     def publish(published: PolicyPublished) -> None:
-        producer.send(topic_name(run, "policy.versions"), value=codec.encode(published)).get(60)
+        producer.send(POLICY_VERSIONS.of(run), value=codec.encode(published)).get(60)
 
     try:
         check_publications_contract(source, publish)

@@ -16,7 +16,8 @@ from ops.runlog import EVENTS, TASKS, read_topics
 from schemas.chain import digest
 from schemas.codec import default_codec
 from schemas.common import GENESIS_HASH
-from streams.kafka.topics import ensure_topics, topic_name
+from schemas.topics import topic_name
+from streams.kafka.topics import ensure_topics
 
 Tamper = Callable[[Any], Any]
 

@@ -19,7 +19,7 @@ from ops.paths import REPO_ROOT
 from schemas.blobs import LocalObjectStore
 from schemas.codec import default_codec
 from schemas.publications import PolicyPublished
-from streams.kafka.topics import topic_name
+from schemas.topics import TRAJECTORIES_COMPLETED
 from tests.integration.actors.kafka_helpers import new_run, reading
 
 CODEC = default_codec()
@@ -82,7 +82,7 @@ def produce_groups(bootstrap: str, run: str, first: int, count: int) -> int:
         for g in range(first, first + count):
             task = f"task-{g % 5}"
             for trajectory in testing.group(f"{run}/g{g:04d}", [1.0, 0.0], run_id=run, task_id=task):
-                producer.send(topic_name(run, "trajectories.completed"), key=task.encode(),
+                producer.send(TRAJECTORIES_COMPLETED.of(run), key=task.encode(),
                               value=CODEC.encode(trajectory))  # fmt: skip
                 sent += 1
         producer.flush()

@@ -45,9 +45,16 @@ from schemas.codec import default_codec
 from schemas.commands import StartEpisode
 from schemas.events import ActionProposed
 from schemas.publications import PolicyPublished
+from schemas.topics import (
+    EPISODE_COMMANDS,
+    EPISODE_EVENTS,
+    POLICY_VERSIONS,
+    TRAJECTORIES_COMPLETED,
+    TRAJECTORIES_FAILED,
+    topic_name,
+)
 from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
 from streams.kafka.reader import read_to_end
-from streams.kafka.topics import topic_name
 from tests.integration.fault_helpers import audited_healthy
 
 CODEC = default_codec()
@@ -195,7 +202,7 @@ def _end_offsets(bootstrap: str, topic: str) -> int:
 
 
 def _commands(bootstrap: str, run: str) -> list[StartEpisode]:
-    found = read_to_end(bootstrap, [topic_name(run, "episode.commands")])
+    found = read_to_end(bootstrap, [EPISODE_COMMANDS.of(run)])
     return [v for _t, v in found if isinstance(v, StartEpisode)]
 
 
@@ -238,7 +245,7 @@ def test_the_pipeline_trains_every_trajectory_once_across_a_learner_kill(
     finally:
         ended.close()
         versions.close()
-    completed_topic = topic_name(run, "trajectories.completed")
+    completed_topic = TRAJECTORIES_COMPLETED.of(run)
     records = _end_offsets(kafka_bootstrap, completed_topic)
     folder = stage.paths.component("runs") / run / "learner"
     give_up = time.monotonic() + CATCH_UP_S
@@ -262,7 +269,7 @@ def test_the_pipeline_trains_every_trajectory_once_across_a_learner_kill(
     assert killed_versions >= 1 and killed_ended < first_ended == FIRST_PART and total_ended == EPISODES
 
     # Every completed trajectory consumed once and accounted for once.
-    found = list(read_to_end(kafka_bootstrap, [completed_topic, topic_name(run, "trajectories.failed")]))
+    found = list(read_to_end(kafka_bootstrap, [completed_topic, TRAJECTORIES_FAILED.of(run)]))
     completed = [v for _t, v in found if isinstance(v, TrajectoryCompleted)]
     failed = {v.meta.episode_id for _t, v in found if isinstance(v, TrajectoryFailed)}
     episodes = {t.meta.episode_id for t in completed}
@@ -279,7 +286,7 @@ def test_the_pipeline_trains_every_trajectory_once_across_a_learner_kill(
     assert counters.trained >= 2
 
     # Versions 1, 2, 3, ...: one per training step, no gap, no repeat, each with its own weights.
-    announced = [v for _t, v in read_to_end(kafka_bootstrap, [topic_name(run, "policy.versions")])]
+    announced = [v for _t, v in read_to_end(kafka_bootstrap, [POLICY_VERSIONS.of(run)])]
     published = [p for p in announced if isinstance(p, PolicyPublished)]
     numbers = [p.version for p in published]
     assert numbers == list(range(1, len(numbers) + 1)) == list(range(1, saved.version + 1))
@@ -296,7 +303,7 @@ def test_the_pipeline_trains_every_trajectory_once_across_a_learner_kill(
     assert learner_log.count("resumed at version") == 1 and learner_log.count("starting at version") == 1
 
     # The rollout hot-swapped: later actions were sampled by published versions.
-    events = read_to_end(kafka_bootstrap, [topic_name(run, "episode.events")])
+    events = read_to_end(kafka_bootstrap, [EPISODE_EVENTS.of(run)])
     actions = [v for _t, v in events if isinstance(v, ActionProposed)]
     used = Counter(a.meta.policy_version for a in actions)
     assert set(used) & set(numbers), f"actions sampled by versions {used}; published {numbers}"

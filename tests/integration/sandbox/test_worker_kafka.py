@@ -19,9 +19,8 @@ from kafka import KafkaConsumer, KafkaProducer
 from ops.stack.images import sandbox_ref
 from sandbox_agent.docker_backend import DockerBackend
 from sandbox_agent.idempotent import RocksResultStore
-from sandbox_agent.kafka_worker import KafkaSettings, SandboxRequestLoop
 from sandbox_agent.pool import WarmPools
-from sandbox_agent.worker import SandboxWorker
+from sandbox_agent.worker import ROUTE, SandboxWorker
 from schemas.actions import ApplyPatch, RunCommand, WriteFile
 from schemas.blobs import LocalObjectStore
 from schemas.codec import default_codec
@@ -30,8 +29,10 @@ from schemas.deadletter import DeadLetter
 from schemas.events import EpisodeFailed, StepExecuted
 from schemas.origin import Origin, SequentialIds, SystemClock
 from schemas.requests import SandboxRequest
+from schemas.topics import DEADLETTER, SANDBOX_REQUESTS, SANDBOX_RESULTS
+from streams.kafka.request_loop import LoopSettings, RequestLoop
 from streams.kafka.serving import METADATA_MAX_AGE_MS
-from streams.kafka.topics import ensure_topics, topic_name
+from streams.kafka.topics import ensure_topics
 from tests.integration.sandbox.conftest import TEST_LABELS
 from tests.unit.sandbox.requests import sandbox_request
 
@@ -40,7 +41,7 @@ CODEC = default_codec()
 
 class RunningWorker:
     def __init__(
-        self, name: str, client: docker.DockerClient, objects: Path, state: Path, settings: KafkaSettings
+        self, name: str, client: docker.DockerClient, objects: Path, state: Path, settings: LoopSettings
     ):
         store = LocalObjectStore(objects)
         self.backend = DockerBackend(client, store, labels={**TEST_LABELS, "dev.trialog.worker": name})
@@ -48,7 +49,7 @@ class RunningWorker:
         self.results = RocksResultStore(state)
         origin = Origin(Producer("sandbox", name), SystemClock(), SequentialIds(name))
         self.worker = SandboxWorker(self.backend, self.pools, self.results, store, origin)
-        self.loop = SandboxRequestLoop(self.worker, settings, origin)
+        self.loop = RequestLoop(ROUTE, self.worker.handle, settings, origin)
         self.thread = threading.Thread(target=self.loop.run, name=f"worker-{name}", daemon=True)
         self.thread.start()
 
@@ -79,8 +80,8 @@ def run_prefix(kafka_bootstrap: str) -> str:
 @pytest.fixture
 def answers(kafka_bootstrap: str, run_prefix: str) -> Iterator[KafkaConsumer]:
     consumer = KafkaConsumer(
-        topic_name(run_prefix, "sandbox.results"),
-        topic_name(run_prefix, "deadletter"),
+        SANDBOX_RESULTS.of(run_prefix),
+        DEADLETTER.of(run_prefix),
         bootstrap_servers=kafka_bootstrap,
         auto_offset_reset="earliest",
         enable_auto_commit=False,
@@ -106,11 +107,9 @@ def test_an_episode_survives_its_worker(
     tmp_path: Path,
 ) -> None:
     image = str(sandbox_ref())
-    settings = KafkaSettings(
-        kafka_bootstrap, run_prefix, group_id=f"{run_prefix}-sandbox", poll_timeout_ms=200
-    )
+    settings = LoopSettings(kafka_bootstrap, f"{run_prefix}-sandbox", run_prefix, poll_timeout_ms=200)
     producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
-    requests = topic_name(run_prefix, "sandbox.requests")
+    requests = SANDBOX_REQUESTS.of(run_prefix)
 
     def ask(request: SandboxRequest) -> None:
         producer.send(requests, key=b"ep-k", value=CODEC.encode(request)).get(30)

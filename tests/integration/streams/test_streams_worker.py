@@ -32,9 +32,10 @@ from schemas.publications import TaskPublished
 from schemas.record import Record
 from schemas.requests import PolicyRequest, SandboxRequest, VerifyRequest
 from schemas.state import Phase
+from schemas.topics import TOPICS, topic_name
 from schemas.trajectories import TrajectoryCompleted
 from streams.app import FAULT_ENV
-from streams.kafka.topics import TOPICS, ensure_topics, topic_name
+from streams.kafka.topics import ensure_topics
 from tests.unit.streams.world import EPISODE, TASK, Workers, start_command
 
 CODEC = default_codec()

@@ -26,7 +26,8 @@ from ops.bench.pipeline_workers import NullWorkers, start_commands, task_record
 from ops.paths import REPO_ROOT
 from schemas.codec import default_codec
 from schemas.requests import PolicyRequest, SandboxRequest, VerifyRequest
-from streams.kafka.topics import TOPICS, ensure_topics, topic_name
+from schemas.topics import EPISODE_COMMANDS, TASKS, TOPICS, topic_name
+from streams.kafka.topics import ensure_topics
 from tests.integration.fault_helpers import audited_healthy
 
 EPISODES, STEPS = 40, 6
@@ -65,7 +66,7 @@ def test_two_streams_workers_survive_a_kill_with_nothing_lost(kafka_bootstrap: s
     run = f"it2w{uuid.uuid4().hex[:8]}"
     ensure_topics(kafka_bootstrap, run)
     producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, linger_ms=0)
-    producer.send(topic_name(run, "tasks"), key=b"bench-task", value=CODEC.encode(task_record()))
+    producer.send(TASKS.of(run), key=b"bench-task", value=CODEC.encode(task_record()))
     producer.flush()
     workers = {name: _start_worker(kafka_bootstrap, run, name, tmp_path) for name in ("s1", "s2")}
     consumer = KafkaConsumer(
@@ -87,7 +88,7 @@ def test_two_streams_workers_survive_a_kill_with_nothing_lost(kafka_bootstrap: s
         )  # fmt: skip
         null = NullWorkers(STEPS)
         for command in start_commands(run, EPISODES, STEPS):
-            producer.send(topic_name(run, "episode.commands"), key=command.episode_id.encode(),
+            producer.send(EPISODE_COMMANDS.of(run), key=command.episode_id.encode(),
                           value=CODEC.encode(command))  # fmt: skip
         producer.flush()
         ended: set[str] = set()

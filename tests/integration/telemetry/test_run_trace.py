@@ -24,8 +24,8 @@ import docker
 from ops.paths import REPO_ROOT
 from ops.testing import JaegerProcess
 from schemas.commands import StartEpisode
+from schemas.topics import EPISODE_COMMANDS, POLICY_REQUESTS, topic_name
 from streams.kafka.reader import read_to_end
-from streams.kafka.topics import topic_name
 from streams.telemetry.ids import episode_root_span_id, episode_trace_id
 
 EXAMPLE = REPO_ROOT / "examples" / "tasks" / "easy-fix-add"
@@ -97,7 +97,7 @@ def test_one_episode_is_one_trace_across_every_worker(
     assert result.returncode == 0, f"{result.stderr}\n{_logs(home)}"
     assert "ended 2/2 (completed 2, failed 0)" in result.stderr, result.stderr
 
-    commands = [v for _t, v in read_to_end(kafka_bootstrap, [topic_name(run, "episode.commands")])]
+    commands = [v for _t, v in read_to_end(kafka_bootstrap, [EPISODE_COMMANDS.of(run)])]
     episodes = [c.episode_id for c in commands if isinstance(c, StartEpisode)]
     assert len(episodes) == 2
     episode, other = episodes
@@ -163,7 +163,7 @@ def test_one_episode_is_one_trace_across_every_worker(
         call["trialog.task"] == "easy-fix-add" and call["trialog.step"] == 0 and call["trialog.attempt"] == 1
     )
     assert "trialog.task_version" in call and "trialog.policy_version" in call
-    assert call["messaging.destination.name"] == topic_name(run, "policy.requests")
+    assert call["messaging.destination.name"] == POLICY_REQUESTS.of(run)
     assert isinstance(call["messaging.kafka.offset"], int)
     assert tags(first["owner.verify.results"])["messaging.destination.name"] == topic_name(
         run, "verify.results"

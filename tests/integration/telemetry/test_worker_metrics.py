@@ -15,7 +15,7 @@ from kafka import KafkaProducer
 
 from ops.paths import REPO_ROOT
 from ops.process import free_port
-from streams.kafka.topics import topic_name
+from schemas.topics import POLICY_REQUESTS, POLICY_RESULTS
 from tests.integration.actors.kafka_helpers import CODEC, new_run, next_records, reading
 from tests.unit.actors.requests import policy_request, request_meta
 
@@ -41,12 +41,12 @@ def test_a_worker_serves_its_metrics_and_tracing_off_sends_no_traceparent(kafka_
     producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
     try:
         with reading(kafka_bootstrap, run, "policy.results", "deadletter") as answers:
-            requests = topic_name(run, "policy.requests")
+            requests = POLICY_REQUESTS.of(run)
             meta = dataclasses.replace(request_meta(episode="ep-m"), traceparent=None)
             producer.send(requests, key=b"ep-m", value=CODEC.encode(policy_request(meta=meta))).get(30)
             producer.send(requests, key=b"ep-m", value=b"garbage").get(30)
             records = next_records(answers, 2, timeout_s=90)
-        (answer,) = [r for r in records if r.topic == topic_name(run, "policy.results")]
+        (answer,) = [r for r in records if r.topic == POLICY_RESULTS.of(run)]
         assert [key for key, _value in answer.headers or []] == []  # tracing off: no traceparent
 
         expected = (

@@ -14,6 +14,7 @@ from schemas.common import Producer
 from schemas.events import ActionProposed, RewardAssigned, StepExecuted
 from schemas.origin import FixedClock, Origin, SequentialIds
 from schemas.requests import PolicyRequest, SamplingParams, SandboxRequest, VerifyRequest
+from schemas.topics import SANDBOX_RESULTS, VERIFY_RESULTS
 
 
 def _meta(step: int):  # type: ignore[no-untyped-def]
@@ -32,9 +33,9 @@ def test_null_workers_answer_each_request_kind_with_its_key_echoed() -> None:
     assert isinstance(last, ActionProposed) and last.action == Submit()
     assert (last.meta.step, last.meta.attempt, last.meta.prev_hash) == (2, 2, "ab" * 32)
     topic, executed = workers.answer(SandboxRequest(_meta(1), "img", RunCommand("true"), 5.0, 100))
-    assert topic == "sandbox.results" and isinstance(executed, StepExecuted) and executed.meta.snapshot_id
+    assert topic is SANDBOX_RESULTS and isinstance(executed, StepExecuted) and executed.meta.snapshot_id
     topic, graded = workers.answer(VerifyRequest(_meta(3), "img", 5.0))
-    assert topic == "verify.results" and isinstance(graded, RewardAssigned) and graded.reward == 1.0
+    assert topic is VERIFY_RESULTS and isinstance(graded, RewardAssigned) and graded.reward == 1.0
 
 
 def test_start_commands_are_distinct_episodes_of_the_bench_task() -> None:

@@ -89,8 +89,8 @@ def test_serving_stops_before_connecting_when_asked_to() -> None:
     stopping = threading.Event()
     stopping.set()
     served: list[Any] = []
-    consuming = kafka_serving.Consuming("127.0.0.1:1", "group", "topic")
-    kafka_serving.serve_requests(consuming, lambda record, producer: served.append(record), stopping)
+    settings = kafka_serving.LoopSettings("127.0.0.1:1", "group")
+    kafka_serving.serve_requests(settings, "topic", lambda record, producer: served.append(record), stopping)
     assert served == []
 
 
@@ -110,11 +110,16 @@ def test_a_serving_consumer_asks_the_broker_for_a_short_fetch_wait(monkeypatch: 
 
     monkeypatch.setattr(kafka_serving, "connected", lambda *args, **kwargs: True)
     monkeypatch.setattr(kafka, "KafkaConsumer", consumer)
-    consuming = kafka_serving.Consuming("127.0.0.1:1", "group", "topic", max_poll_records=4)
+    settings = kafka_serving.LoopSettings("127.0.0.1:1", "group", max_batch=4)
     with pytest.raises(_Captured):
-        kafka_serving.serve_requests(consuming, lambda record, producer: None, threading.Event())
+        kafka_serving.serve_requests(
+            settings, "topic", lambda record, producer: None, threading.Event(), prepare=lambda records: None
+        )
     assert seen["topics"] == () and seen["max_poll_records"] == 4  # subscribed once the topic is known
-    assert seen["fetch_max_wait_ms"] == consuming.fetch_max_wait_ms <= 100
+    assert seen["fetch_max_wait_ms"] == settings.fetch_max_wait_ms <= 100
+    with pytest.raises(_Captured):  # a loop that answers one by one takes one request per poll
+        kafka_serving.serve_requests(settings, "topic", lambda record, producer: None, threading.Event())
+    assert seen["max_poll_records"] == 1
 
 
 class _Consumer:
