@@ -69,7 +69,9 @@ def read_topics(
             enable_auto_commit=False,
             client_id="trialog-audit",
             request_timeout_ms=30_000,
-            bootstrap_timeout_ms=10_000,
+            # A shorter --timeout bounds the wait for a broker as well (a broker that accepts connections
+            # but never answers would otherwise hold the command for the full 10 s).
+            bootstrap_timeout_ms=int(min(10.0, timeout_s) * 1000),
         )
     except KafkaError as exc:
         raise LogReadError(f"cannot reach Kafka at {bootstrap}: {exc!r}") from exc
