@@ -47,6 +47,14 @@ Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 class HelpFormatter(ArgumentDefaultsRichHelpFormatter, RawDescriptionRichHelpFormatter):
     """Every option's default in its help line; the description and the examples kept as written."""
 
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        # No "(default: None)", "(default: False)" or "(default: [])" (an unset option, a flag, a repeatable
+        # one), and no second default where the help says what an unset one means ("default: the stack's").
+        unset = action.default is None or action.default is False or action.default in ("", [])
+        if unset or "(default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
 
 def new_parser(prog: str, description: str, examples: Sequence[str] = ()) -> argparse.ArgumentParser:
     """A top-level parser with the house formatter, no abbreviations and an Examples section."""
@@ -183,7 +191,9 @@ def add_run(parser: argparse.ArgumentParser, *, positional: bool = False) -> Non
     if positional:
         parser.add_argument("run", metavar="RUN", help="the run's id (its topic prefix)")
     else:
-        parser.add_argument("--run", default="", help="the run's id, its topic prefix ('' for none)")
+        parser.add_argument(
+            "--run", default="", help="the run's id, its topic prefix (default: none, the bare topic names)"
+        )
 
 
 def add_instance(parser: argparse.ArgumentParser) -> None:

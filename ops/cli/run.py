@@ -95,9 +95,18 @@ def register(subparsers: kit.Subparsers) -> None:
 
 
 def read_status(bootstrap: str, run: str) -> RunStatus:
+    """The run's counts; a Kafka error (a broker that accepts connections but does not answer) as a
+    `StackError`, not a traceback."""
+    from kafka.errors import KafkaError
+
     from actors.scheduler.status import read_status as read
 
-    return read(bootstrap, run)
+    try:
+        return read(bootstrap, run)
+    except KafkaError as exc:
+        raise StackError(
+            f"cannot read run {run!r} on {bootstrap}: {exc!r}", "check the stack: trialog status"
+        ) from None
 
 
 def _cmd_run_start(args: argparse.Namespace) -> int:

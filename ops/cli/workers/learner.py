@@ -37,42 +37,75 @@ def register(workers: kit.Subparsers) -> None:
     add = command.add_argument
     kit.add_run(command)
     kit.add_bootstrap(command)
-    add("--model", type=Path, help="model folder (default: the prepared SmolLM2-135M-Instruct)")
+    add(
+        "--model", type=Path, metavar="DIR", help="model folder (default: the prepared SmolLM2-135M-Instruct)"
+    )
     add(
         "--group-size",
         type=kit.int_at_least(2),
+        metavar="N",
         default=4,
         help="trajectories per group (the run's group size)",
     )
-    add("--group-timeout-s", type=kit.positive_seconds, default=120.0,
+    add("--group-timeout-s", type=kit.positive_seconds, metavar="S", default=120.0,
         help="train or skip an incomplete group after this")  # fmt: skip
-    add("--max-staleness", type=kit.non_negative_int, default=2,
+    add("--max-staleness", type=kit.non_negative_int, metavar="N", default=2,
         help="drop trajectories more versions old than this")  # fmt: skip
-    add("--groups-per-step", type=kit.positive_int, default=4,
+    add("--groups-per-step", type=kit.positive_int, metavar="N", default=4,
         help="the most ready groups one training step takes: one when the learner keeps up, more when it has "
         "a backlog, which would otherwise go stale one version at a time")  # fmt: skip
     add(
         "--lora-rank",
         type=kit.non_negative_int,
+        metavar="N",
         default=DEFAULT_RANK,
         help="LoRA rank; 0 trains every parameter",
     )
-    add("--lora-alpha", type=kit.positive_float, default=16.0, help="LoRA scale numerator (alpha / rank)")
-    add("--lora-targets", default=",".join(DEFAULT_TARGETS), help="comma-separated linear layer names")
-    add("--lr", type=kit.positive_float, default=1e-5, help="AdamW learning rate")
-    add("--micro-batch", type=kit.positive_int, default=4, help="samples per forward pass")
-    add("--epochs", type=kit.positive_int, default=1, help="PPO-clipped passes over each step's samples")
-    add("--temperature", type=kit.positive_float, default=1.0,
+    add(
+        "--lora-alpha",
+        type=kit.positive_float,
+        metavar="X",
+        default=16.0,
+        help="LoRA scale numerator (alpha / rank)",
+    )
+    add(
+        "--lora-targets",
+        metavar="NAMES",
+        default=",".join(DEFAULT_TARGETS),
+        help="comma-separated linear layer names",
+    )
+    add("--lr", type=kit.positive_float, metavar="X", default=1e-5, help="AdamW learning rate")
+    add("--micro-batch", type=kit.positive_int, metavar="N", default=4, help="samples per forward pass")
+    add(
+        "--epochs",
+        type=kit.positive_int,
+        metavar="N",
+        default=1,
+        help="PPO-clipped passes over each step's samples",
+    )
+    add("--temperature", type=kit.positive_float, metavar="X", default=1.0,
         help="the rollouts' sampling temperature (log-probabilities are taken at it)")  # fmt: skip
-    add("--threads", type=kit.non_negative_int, default=0, help="torch CPU threads (0: torch's default)")
+    add(
+        "--threads",
+        type=kit.non_negative_int,
+        metavar="N",
+        default=0,
+        help="torch CPU threads (0: torch's default)",
+    )
     add("--prompt-encoder", choices=PROMPT_ENCODERS, default="chat", help="how prompts are rebuilt")
-    add("--checkpoint-dir", type=Path, help="checkpoint folder (default: $TRIALOG_HOME/learner/RUN)")
+    add(
+        "--checkpoint-dir",
+        type=Path,
+        metavar="DIR",
+        help="checkpoint folder (default: $TRIALOG_HOME/learner/RUN)",
+    )
     add(
         "--objects",
         type=Path,
+        metavar="DIR",
         help="object store folder shared with the rollout workers (default: the stack's)",
     )
-    add("--idle-checkpoint-s", type=kit.positive_seconds, default=IDLE_CHECKPOINT_S,
+    add("--idle-checkpoint-s", type=kit.positive_seconds, metavar="S", default=IDLE_CHECKPOINT_S,
         help="when caught up, checkpoint progress without a training step at most this often")  # fmt: skip
     add("--device", default="auto", help="cpu, cuda, cuda:N or auto (a GPU when there is one)")
     kit.add_instance(command)

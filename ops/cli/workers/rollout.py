@@ -42,7 +42,10 @@ def register(workers: kit.Subparsers) -> None:
     )
     command.add_argument("--policy", choices=POLICIES, default="scripted", help="the policy plugin")
     command.add_argument(
-        "--actions", type=Path, help="scripted: JSON file {task id: [tool call, ...]} of actions to play"
+        "--actions",
+        type=Path,
+        metavar="FILE",
+        help="scripted: a JSON file mapping each task id to the tool calls to play",
     )
     command.add_argument(
         "--solutions", type=Path, action="append", default=[], metavar="DIR",
@@ -58,19 +61,27 @@ def register(workers: kit.Subparsers) -> None:
 
 def add_llm_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument(
-        "--model", type=Path, help="llm: the model folder (default: the one `trialog model prepare` made)"
+        "--model",
+        type=Path,
+        metavar="DIR",
+        help="llm: the model folder (default: the one `trialog model prepare` made)",
     )
     command.add_argument("--backend", choices=BACKENDS, default="torch", help="llm: generation backend")
     command.add_argument("--device", default="cpu", help="llm: cpu or cuda")
     command.add_argument(
-        "--max-new-tokens", type=kit.positive_int, default=512, help="llm: most tokens per reply"
+        "--max-new-tokens", type=kit.positive_int, metavar="N", default=512, help="llm: most tokens per reply"
     )
     command.add_argument(
-        "--batch", type=kit.positive_int, default=1, help="llm: queued requests answered per batched generate"
+        "--batch",
+        type=kit.positive_int,
+        metavar="N",
+        default=1,
+        help="llm: queued requests answered per batched generate",
     )
     command.add_argument(
         "--threads",
         type=kit.non_negative_int,
+        metavar="N",
         default=0,
         help="llm: torch CPU threads (0: torch's default). On a machine shared with other workers, 1 "
         "avoids threads spinning on each other (measured 4x faster under load)",
@@ -87,7 +98,10 @@ def add_llm_arguments(command: argparse.ArgumentParser) -> None:
         help="llm: load version V of --versions-run only, and wait for it before answering (evaluations)",
     )
     command.add_argument(
-        "--objects", type=Path, help="llm: the object store holding published weights (default: the stack's)"
+        "--objects",
+        type=Path,
+        metavar="DIR",
+        help="llm: the object store holding published weights (default: the stack's)",
     )
 
 

@@ -31,19 +31,29 @@ def register(subparsers: kit.Subparsers) -> None:
     kit.add_run(command)
     kit.add_group(command, "sandbox")
     command.add_argument(
-        "--pool", type=kit.non_negative_int, default=2, help="warm sandboxes kept per image and quotas"
+        "--pool",
+        type=kit.non_negative_int,
+        metavar="N",
+        default=2,
+        help="warm sandboxes kept per image and quotas",
     )
     command.add_argument(
-        "--max-episodes", type=kit.positive_int, default=8, help="episodes holding a sandbox at once"
+        "--max-episodes",
+        type=kit.positive_int,
+        metavar="N",
+        default=8,
+        help="episodes holding a sandbox at once",
     )
     command.add_argument(
         "--objects",
         type=Path,
+        metavar="DIR",
         help="object store folder shared by all workers of the run (default: the stack's)",
     )
     command.add_argument(
         "--state",
         type=Path,
+        metavar="DIR",
         help="this worker's RocksDB folder of executed steps (default: under TRIALOG_HOME)",
     )
     kit.add_instance(command)

@@ -23,14 +23,20 @@ if TYPE_CHECKING:
 def add_target_arguments(command: argparse.ArgumentParser) -> None:
     """--episodes, --capacity, --group-size, --seed, --round-robin, --max-steps (shared with `run start`)."""
     add = command.add_argument
-    add("--episodes", type=kit.positive_int, required=True, help="how many episodes the run has")
-    add("--capacity", type=kit.positive_int, default=DEFAULT_CAPACITY, help="most episodes in flight at once")
-    add("--group-size", type=kit.positive_int, default=DEFAULT_GROUP_SIZE,
+    add("--episodes", type=kit.positive_int, metavar="N", required=True, help="how many episodes the run has")
+    add(
+        "--capacity",
+        type=kit.positive_int,
+        metavar="N",
+        default=DEFAULT_CAPACITY,
+        help="most episodes in flight at once",
+    )
+    add("--group-size", type=kit.positive_int, metavar="N", default=DEFAULT_GROUP_SIZE,
         help="episodes per task in a row, for group-relative advantages")  # fmt: skip
-    add("--seed", type=int, default=0, help="seed of the task draw")
+    add("--seed", type=int, metavar="N", default=0, help="seed of the task draw")
     add("--round-robin", action="store_true",
         help="give groups the tasks in turn (sorted by id), not drawn: every task equally")  # fmt: skip
-    add("--max-steps", type=kit.positive_int, default=DEFAULT_MAX_STEPS,
+    add("--max-steps", type=kit.positive_int, metavar="N", default=DEFAULT_MAX_STEPS,
         help="actions per episode, submit included")  # fmt: skip
 
 

@@ -29,19 +29,30 @@ def register(workers: kit.Subparsers) -> None:
     )
     kit.add_bootstrap(command)
     kit.add_run(command)
-    command.add_argument("--data-dir", help="this worker's RocksDB folder (default: under TRIALOG_HOME)")
+    command.add_argument(
+        "--data-dir", metavar="DIR", help="this worker's RocksDB folder (default: under TRIALOG_HOME)"
+    )
     kit.add_instance(command)
     command.add_argument(
         "--standby-replicas",
         type=kit.non_negative_int,
+        metavar="N",
         default=0,
         help="standby copies of each table partition",
     )
     command.add_argument(
-        "--temperature", type=kit.non_negative_float, default=1.0, help="the run's sampling temperature"
+        "--temperature",
+        type=kit.non_negative_float,
+        metavar="X",
+        default=1.0,
+        help="the run's sampling temperature",
     )
-    command.add_argument("--top-p", type=kit.fraction, default=1.0, help="the run's nucleus sampling mass")
-    command.add_argument("--max-tokens", type=kit.positive_int, default=1024, help="tokens per reply at most")
+    command.add_argument(
+        "--top-p", type=kit.fraction, metavar="P", default=1.0, help="the run's nucleus sampling mass"
+    )
+    command.add_argument(
+        "--max-tokens", type=kit.positive_int, metavar="N", default=1024, help="tokens per reply at most"
+    )
     kit.add_telemetry(command)
 
 

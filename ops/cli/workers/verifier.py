@@ -41,6 +41,7 @@ def register(workers: kit.Subparsers) -> None:
     command.add_argument(
         "--objects",
         type=Path,
+        metavar="DIR",
         help="object store folder shared by all workers of the run (default: the stack's)",
     )
     kit.add_bootstrap(command)
