@@ -65,7 +65,14 @@ def read_topics(
     names = {topic_name(run, base): base for base in bases}
     try:
         reader = LogReader(
-            bootstrap, list(names), since_ms=since_ms, require_topics=True, client_id="trialog-audit"
+            bootstrap,
+            list(names),
+            since_ms=since_ms,
+            require_topics=True,
+            client_id="trialog-audit",
+            # A shorter --timeout bounds the wait for a broker as well (a broker that accepts connections
+            # but never answers would otherwise hold the command for the full 10 s).
+            connect_timeout_s=min(10.0, timeout_s),
         )
     except KafkaError as exc:
         raise LogReadError(f"cannot reach Kafka at {bootstrap}: {exc!r}") from exc

@@ -15,14 +15,11 @@ start an extra episode), and a failed offset commit is skipped (the offsets are 
 from __future__ import annotations
 
 import contextlib
-import signal
-import socket
 import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import FrameType
 from typing import Any
 
 from kafka.errors import KafkaError, KafkaTimeoutError
@@ -165,17 +162,3 @@ class SchedulerProcess:
                 if sent.is_done:  # given up by the producer: nothing to wait for
                     raise
                 self.say("Kafka has not acknowledged a StartEpisode yet; still waiting")
-
-
-def run_scheduler(settings: SchedulerSettings, instance: str | None = None) -> int:
-    """The process's entry: SIGINT / SIGTERM stop it (exit 1); N ended episodes end it (exit 0)."""
-    origin = Origin.system("scheduler", instance or f"{socket.gethostname()}")
-    process = SchedulerProcess(settings, origin)
-
-    def stop(signum: int, frame: FrameType | None) -> None:
-        process.stopping.set()
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, stop)
-        signal.signal(signal.SIGINT, stop)
-    return process.run()

@@ -9,7 +9,7 @@ again, in fresh sandboxes, with the task's frozen tests from its bundle in the o
 
 Exit codes: 0 healthy (no lost episode, duplicate step or broken chain) and, with --recheck, every reward
 confirmed; 1 not healthy, or a reward differs or could not be graded again; 2 the audit could not run (Kafka
-unreachable, the run's topics missing), with the reason on stderr.
+unreachable, the run's topics missing, no Docker engine for --recheck), with the reason on stderr.
 """
 
 from __future__ import annotations
@@ -21,39 +21,42 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, TextIO
 
-from ops.audit import AUDITED_TOPICS, DEFAULT_STALE_AFTER_S, Auditor, LogRecord
-from ops.cli.run_log_args import add_log_options, bootstrap_of, local_tasks, objects_of
-from ops.runlog import TASKS, LoggedRun, LogReadError, read_topics
-from schemas.codec import default_codec
+from ops.cli import kit
+from ops.cli.run_log_args import add_log_options, kafka_of, local_tasks, log_errors, objects_of
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # ops.audit and ops.runlog load the codecs: only when the command runs
+    from ops.audit import LogRecord
     from ops.recheck import RecheckReport
+    from ops.runlog import LoggedRun
 
-EXIT_OK, EXIT_UNHEALTHY, EXIT_ERROR = 0, 1, 2
-
-
-AuditError = LogReadError
-"""The audit could not read the run (exit code 2)."""
+# ops.audit.DEFAULT_STALE_AFTER_S, here so that --help imports nothing heavy (a unit test keeps them equal).
+DEFAULT_STALE_AFTER_S = 600.0
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(subparsers: kit.Subparsers) -> None:
     """Add the top-level `audit` command to the `trialog` parser."""
     text = "read a run's topics back and check its episodes: outcomes, duplicates, hash chains, retries"
-    command = subparsers.add_parser(
+    command = kit.command(
+        subparsers,
         "audit",
-        help=text,
+        text,
+        handler=_cmd_audit,
         description=f"{text}. Exit code 0: healthy (no lost episode, duplicate step or broken chain); "
         "1: not healthy; 2: the run could not be read.",
+        examples=(
+            "trialog audit RUN",
+            "trialog audit RUN --json --timeout 10",
+            "trialog audit RUN --recheck --tasks examples/tasks",
+        ),
     )
-    command.add_argument("run", metavar="RUN", help='the run prefix of the topics ("" for the bare names)')
-    command.add_argument("--json", action="store_true", help="print one JSON object")
+    kit.add_run(command, positional=True)
+    kit.add_json(command)
     command.add_argument(
         "--stale-after",
-        type=float,
+        type=kit.positive_seconds,
         default=DEFAULT_STALE_AFTER_S,
         metavar="S",
-        help="an unended episode silent for longer than S seconds before the run's newest record is lost "
-        f"(default {DEFAULT_STALE_AFTER_S:g})",
+        help="an unended episode silent for longer than S seconds before the run's newest record is lost",
     )
     command.add_argument(
         "--recheck",
@@ -62,31 +65,34 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "every recorded reward that differs (exit code 1 when one does or cannot be graded)",
     )
     add_log_options(command, objects=True, tasks=True)
-    command.set_defaults(handler=_cmd_audit)
 
 
 def _cmd_audit(args: argparse.Namespace) -> int:
-    bootstrap = bootstrap_of(args)
+    from ops.audit import Auditor
+    from ops.runlog import TASKS, LoggedRun
+    from schemas.codec import default_codec
+
+    bootstrap = kafka_of(args)
+    if args.recheck:
+        kit.require_docker()  # before reading a long log, not after
     progress = Progress(sys.stderr)
     logged = LoggedRun()
     codec = default_codec()
     try:
-        # Streamed: only the episode events' bytes are kept (for the chains), not the requests' histories;
-        # a recheck also keeps the decoded events, trajectories and tasks.
-        records = read_run(
-            bootstrap, args.run, timeout_s=args.timeout, progress=progress.reading,
-            extra=(TASKS,) if args.recheck else (),
-        )  # fmt: skip
-        auditor = Auditor(args.stale_after, codec)
-        for record in records:
-            if args.recheck:
-                logged.add(record, codec)
-            if record.topic != TASKS:
-                auditor.add(record)
-        report = auditor.report()
-    except AuditError as exc:
-        print(f"trialog audit: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+        with log_errors():
+            # Streamed: only the episode events' bytes are kept (for the chains), not the requests'
+            # histories; a recheck also keeps the decoded events, trajectories and tasks.
+            records = read_run(
+                bootstrap, args.run, timeout_s=args.timeout, progress=progress.reading,
+                extra=(TASKS,) if args.recheck else (),
+            )  # fmt: skip
+            auditor = Auditor(args.stale_after, codec)
+            for record in records:
+                if args.recheck:
+                    logged.add(record, codec)
+                if record.topic != TASKS:
+                    auditor.add(record)
+            report = auditor.report()
     finally:
         progress.done()
     rechecked = _recheck(args, logged) if args.recheck else None
@@ -99,7 +105,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
         if rechecked is not None:
             print(rechecked.table())
     if rechecked is not None and not rechecked.ok:
-        return EXIT_UNHEALTHY
+        return kit.EXIT_FOUND
     return report.exit_code
 
 
@@ -147,6 +153,9 @@ def read_run(
     extra: Sequence[str] = (),
 ) -> Iterator[LogRecord]:
     """Every record of the run's audited topics (and of `extra` ones), from the beginning to the end offsets
-    at the start, each partition in offset order. Raises `AuditError` when Kafka cannot be reached or a
-    topic is missing."""
+    at the start, each partition in offset order. Raises `ops.runlog.LogReadError` when Kafka cannot be
+    reached or a topic is missing."""
+    from ops.audit import AUDITED_TOPICS
+    from ops.runlog import read_topics
+
     return read_topics(bootstrap, run, (*AUDITED_TOPICS, *extra), timeout_s=timeout_s, progress=progress)

@@ -23,11 +23,14 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from rich_argparse import ArgumentDefaultsRichHelpFormatter, RawDescriptionRichHelpFormatter
 
 from streams.errors import StackError
+
+if TYPE_CHECKING:
+    from ops.telemetry.config import TelemetryConfig
 
 EXIT_OK, EXIT_FOUND, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 # A command that needs a service answers within this when the service is not there (issue: 5 s at most).
@@ -43,6 +46,14 @@ Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 class HelpFormatter(ArgumentDefaultsRichHelpFormatter, RawDescriptionRichHelpFormatter):
     """Every option's default in its help line; the description and the examples kept as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        # No "(default: None)", "(default: False)" or "(default: [])" (an unset option, a flag, a repeatable
+        # one), and no second default where the help says what an unset one means ("default: the stack's").
+        unset = action.default is None or action.default is False or action.default in ("", [])
+        if unset or "(default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
 
 
 def new_parser(prog: str, description: str, examples: Sequence[str] = ()) -> argparse.ArgumentParser:
@@ -180,7 +191,9 @@ def add_run(parser: argparse.ArgumentParser, *, positional: bool = False) -> Non
     if positional:
         parser.add_argument("run", metavar="RUN", help="the run's id (its topic prefix)")
     else:
-        parser.add_argument("--run", default="", help="the run's id, its topic prefix ('' for none)")
+        parser.add_argument(
+            "--run", default="", help="the run's id, its topic prefix (default: none, the bare topic names)"
+        )
 
 
 def add_instance(parser: argparse.ArgumentParser) -> None:
@@ -258,3 +271,55 @@ def worker_logging() -> None:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("kafka").setLevel(logging.WARNING)
+
+
+# -- more values and options (the run, audit and worker commands) -----------------------------------------
+
+
+def positive_float(text: str) -> float:
+    """A finite number above 0 (a learning rate, a scale)."""
+    value = _parsed(float, text, "a number")
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number above 0, not {text}")
+    return value
+
+
+def int_at_least(minimum: int) -> Callable[[str], int]:
+    """An integer type for a bound other than 0 or 1 (a learner's group needs two members to compare)."""
+
+    def parse(text: str) -> int:
+        value = _parsed(int, text, "an integer")
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, not {text}")
+        return value
+
+    parse.__name__ = f"int_at_least_{minimum}"  # argparse names the type in some of its messages
+    return parse
+
+
+def add_group(parser: argparse.ArgumentParser, kind: str) -> None:
+    """`--group`, the consumer group a request-serving worker joins (workers of one kind share it)."""
+    parser.add_argument("--group", default=f"trialog-{kind}", help="the Kafka consumer group to join")
+
+
+def add_telemetry(parser: argparse.ArgumentParser) -> None:
+    """Where a process traces to and serves metrics (resolved with the environment by `telemetry_of`)."""
+    parser.add_argument(
+        "--otlp-endpoint",
+        metavar="URL",
+        help="OTLP gRPC endpoint for traces (default: $OTEL_EXPORTER_OTLP_ENDPOINT, else the local stack's "
+        "Jaeger when it runs; TRIALOG_TRACING=off turns tracing off)",
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=port,
+        metavar="PORT",
+        help="serve Prometheus metrics on 127.0.0.1:PORT/metrics (default: $TRIALOG_METRICS_PORT; 0: any)",
+    )
+
+
+def telemetry_of(args: argparse.Namespace, service: str) -> TelemetryConfig:
+    """The telemetry config of `service` from the options `add_telemetry` added."""
+    from ops.telemetry import config
+
+    return config.resolve(service, args.otlp_endpoint, args.metrics_port)

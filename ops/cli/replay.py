@@ -12,52 +12,71 @@ import argparse
 import json
 import sys
 
-from ops.cli.run_log_args import add_log_options, bootstrap_of
-from ops.replay import DEFAULT_OUTPUT_CHARS, build_timeline, parse_time, render
-from ops.runlog import EVENTS, LoggedRun, LogReadError, read_topics
+from ops.cli import kit
+from ops.cli.run_log_args import add_log_options, kafka_of, log_errors
 
-EXIT_OK, EXIT_NOT_FOUND, EXIT_ERROR = 0, 1, 2
+# ops.replay.DEFAULT_OUTPUT_CHARS, here so that --help imports nothing heavy (a unit test keeps them equal).
+DEFAULT_OUTPUT_CHARS = 400
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(subparsers: kit.Subparsers) -> None:
     text = "print a run's episode timelines from its log: actions, observations, snapshots, rewards, timing"
-    command = subparsers.add_parser("replay", help=text, description=f"{text}.")
-    command.add_argument("run", metavar="RUN", help='the run prefix of the topics ("" for the bare names)')
+    command = kit.command(
+        subparsers,
+        "replay",
+        text,
+        handler=_cmd_replay,
+        description=f"{text}. Exit code 0: printed; 1: an episode asked for is not in the log; "
+        "2: the run could not be read.",
+        examples=(
+            "trialog replay RUN",
+            "trialog replay RUN --episode EPISODE --json",
+            "trialog replay RUN --from 2026-11-30T17:05:00Z --output-chars 2000",
+        ),
+    )
+    kit.add_run(command, positional=True)
     command.add_argument(
-        "--episode", action="append", metavar="E", help="only this episode (repeat for more)"
+        "--episode", action="append", metavar="E", help="only this episode (repeat for more; default: all)"
     )
     command.add_argument(
         "--from",
         dest="since",
+        type=a_time,
         metavar="TIME",
         help="read from this time on (ISO 8601, UTC unless it says otherwise, or epoch seconds)",
     )
     command.add_argument(
         "--output-chars",
-        type=int,
+        type=kit.positive_int,
         default=DEFAULT_OUTPUT_CHARS,
         metavar="N",
-        help=f"show at most N characters of each output stream (default {DEFAULT_OUTPUT_CHARS})",
+        help="show at most N characters of each output stream",
     )
-    command.add_argument("--json", action="store_true", help="print one JSON object")
+    kit.add_json(command)
     add_log_options(command)
-    command.set_defaults(handler=_cmd_replay)
+
+
+def a_time(text: str) -> str:
+    """`text` when `ops.replay.parse_time` reads it as a time (refused when parsed otherwise)."""
+    from ops.replay import parse_time
+
+    try:
+        parse_time(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    try:
-        since_ms = parse_time(args.since) if args.since else None
-    except ValueError as exc:
-        print(f"trialog replay: {exc}", file=sys.stderr)
-        return EXIT_ERROR
-    bootstrap = bootstrap_of(args)
-    try:
+    from ops.replay import build_timeline, parse_time, render
+    from ops.runlog import EVENTS, LoggedRun, read_topics
+
+    since_ms = parse_time(args.since) if args.since else None
+    bootstrap = kafka_of(args)
+    with log_errors():
         run = LoggedRun.collect(
             read_topics(bootstrap, args.run, (EVENTS,), timeout_s=args.timeout, since_ms=since_ms)
         )
-    except LogReadError as exc:
-        print(f"trialog replay: {exc}", file=sys.stderr)
-        return EXIT_ERROR
     wanted = args.episode or sorted(run.episodes, key=lambda e: (run.episodes[e].first_us, e))
     missing = [episode for episode in wanted if episode not in run.episodes]
     timelines = [
@@ -77,4 +96,4 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         print("\n\n".join(render(timeline) for timeline in timelines) or "no episode events in the log read")
     for episode in missing:
         print(f"trialog replay: episode {episode} is not in the log read", file=sys.stderr)
-    return EXIT_NOT_FOUND if missing else EXIT_OK
+    return kit.EXIT_FOUND if missing else kit.EXIT_OK

@@ -7,26 +7,36 @@ Exit codes: 0 written; 2 the run could not be read or the page not written.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ops.cli.run_log_args import add_log_options, bootstrap_of
-from ops.runlog import EVENTS, POLICY_VERSIONS, TRAJECTORIES, LoggedRun, LogReadError, read_topics
+from ops.cli import kit
+from ops.cli.run_log_args import add_log_options, kafka_of, log_errors
+from streams.errors import StackError
 
-EXIT_OK, EXIT_ERROR = 0, 2
+if TYPE_CHECKING:
+    from ops.runlog import LoggedRun
+
 PAGE = "report.html"
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(subparsers: kit.Subparsers) -> None:
     text = "write a self-contained HTML report of a run: rewards, throughput, latencies, failures, staleness"
-    command = subparsers.add_parser("report", help=text, description=f"{text}.")
-    command.add_argument("run", metavar="RUN", help='the run prefix of the topics ("" for the bare names)')
+    command = kit.command(
+        subparsers,
+        "report",
+        text,
+        handler=_cmd_report,
+        description=f"{text}. Prints the page's path. Exit code 0: written; 2: the run could not be read or "
+        "the page not written.",
+        examples=("trialog report RUN --out reports/RUN", "trialog report RUN --out /tmp/r --timeout 10"),
+    )
+    kit.add_run(command, positional=True)
     command.add_argument("--out", type=Path, required=True, metavar="DIR", help=f"where to write {PAGE}")
     command.add_argument(
         "--jaeger", metavar="URL", help="Jaeger's query URL for the trace links (default: the local stack's)"
     )
     add_log_options(command)
-    command.set_defaults(handler=_cmd_report)
 
 
 def _jaeger(args: argparse.Namespace) -> str:
@@ -48,12 +58,15 @@ def write_report(run: LoggedRun, run_name: str, out: Path, query_base: str) -> P
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
+    from ops.runlog import EVENTS, POLICY_VERSIONS, TRAJECTORIES, LoggedRun, read_topics
+
+    bootstrap = kafka_of(args)
     bases = (EVENTS, *TRAJECTORIES, POLICY_VERSIONS)
+    with log_errors():
+        run = LoggedRun.collect(read_topics(bootstrap, args.run, bases, timeout_s=args.timeout))
     try:
-        run = LoggedRun.collect(read_topics(bootstrap_of(args), args.run, bases, timeout_s=args.timeout))
         page = write_report(run, args.run, args.out, _jaeger(args))
-    except (LogReadError, OSError) as exc:
-        print(f"trialog report: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+    except OSError as exc:
+        raise StackError(f"cannot write {args.out / PAGE}: {exc}", "choose another --out folder") from None
     print(page)
-    return EXIT_OK
+    return kit.EXIT_OK

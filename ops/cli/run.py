@@ -9,7 +9,8 @@ group `<run>.trialog-<kind>`, sandbox and verifier on the stack's object store, 
 scheduler is done. `run status RUN` folds the run's topics into counts (started, completed, failed by
 class, in flight) and the mean reward.
 
-`register(subparsers)` adds the `run` command group to the `trialog` parser.
+Both answer within seconds, with what to run, when Kafka (or, for `--spawn` and `--validate`, Docker) is
+not there. `register(subparsers)` adds the `run` command group to the `trialog` parser.
 """
 
 from __future__ import annotations
@@ -18,42 +19,54 @@ import argparse
 import json
 import os
 import socket
-import sys
 import threading
 import time
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ops.cli.workers.scheduler import add_target_arguments, target_from_args
-from ops.paths import Paths
-from ops.progress import ProgressBar
-from ops.run_workers import Workers, validate_tasks, worker_commands
-from ops.stack.images import sandbox_ref
-from ops.telemetry import config as telemetry_config
-from schemas.blobs import LocalObjectStore
+from ops.cli import kit
+from ops.cli.workers.scheduler import add_target_arguments, target_of
+from ops.console import say
 from streams.errors import StackError
 
 if TYPE_CHECKING:
     from actors.scheduler.status import RunStatus
     from actors.scheduler.worker import SchedulerProcess, SchedulerSettings
+    from ops.progress import ProgressBar
+    from ops.run_workers import Workers
 
 POLICIES = ("scripted", "random", "llm")
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    run = subparsers.add_parser("run", help="start a run and follow it", description="Start and watch runs.")
-    commands = run.add_subparsers(dest="run_command", required=True, metavar="COMMAND")
+def register(subparsers: kit.Subparsers) -> None:
+    run = kit.command(
+        subparsers, "run", "start a run and follow it",
+        description="Start runs and watch them.",
+        examples=("trialog run start --tasks examples/tasks --episodes 8 --policy scripted --spawn",
+                  "trialog run status RUN"),
+    )  # fmt: skip
+    commands = kit.subcommands(run, "run_command")
 
-    text = "publish tasks and start a run's episodes (with --spawn: and its workers) until N have ended"
-    start = commands.add_parser("start", help=text, description=text)
+    start = kit.command(
+        commands,
+        "start",
+        "publish tasks and start a run's episodes (with --spawn: and its workers) until N have ended",
+        handler=_cmd_run_start,
+        examples=(
+            "trialog run start --tasks examples/tasks --episodes 8 --policy scripted --spawn",
+            "trialog run start --tasks examples/tasks --episodes 16 --group-size 4 --policy random --spawn "
+            "--run demo-1",
+            "trialog run start --tasks examples/tasks --episodes 4 --policy llm --spawn "
+            "--rollout-arg=--batch=4",
+        ),
+    )
     start.add_argument(
         "--tasks", type=Path, nargs="+", action="extend", required=True, metavar="DIR",
         help="task folders or folders of them",
     )  # fmt: skip
-    start.add_argument("--episodes", type=int, required=True, help="how many episodes the run has")
     start.add_argument("--policy", choices=POLICIES, required=True, help="the rollout workers' policy plugin")
-    start.add_argument("--run", help="the run's topic prefix (default: a new `run-<hex>`)")
+    start.add_argument("--run", help="the run's id, its topic prefix (default: a new `run-<hex>`)")
     start.add_argument(
         "--rollout-arg", action="append", default=[], metavar="ARG",
         help="an extra argument for the spawned rollout worker, e.g. --rollout-arg=--batch=4 (repeatable)",
@@ -65,65 +78,73 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     start.add_argument(
         "--validate", action="store_true", help="first run `trialog tasks validate --runs 1` on the tasks"
     )
-    start.add_argument("--bootstrap", help="Kafka bootstrap servers (default: the local stack's broker)")
+    kit.add_bootstrap(start)
     # The scheduler's own; spawned workers trace to the same endpoint and serve metrics on the next ports.
-    telemetry_config.add_arguments(start)
-    start.set_defaults(handler=_cmd_run_start)
+    kit.add_telemetry(start)
 
-    text = "counts of a run's episodes (started, completed, failed by class, in flight) and mean reward"
-    status = commands.add_parser("status", help=text, description=text)
-    status.add_argument("run", metavar="RUN", help="the run's topic prefix")
-    status.add_argument("--json", action="store_true", help="print one JSON object")
-    status.add_argument("--bootstrap", help="Kafka bootstrap servers (default: the local stack's broker)")
-    status.set_defaults(handler=_cmd_run_status)
-
-
-def _say(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
-
-
-def _bootstrap(args: argparse.Namespace) -> str:
-    if args.bootstrap:
-        return str(args.bootstrap)
-    from ops.stack.stack import StackConfig
-
-    return StackConfig.load(Paths.from_env()).kafka.bootstrap
+    status = kit.command(
+        commands,
+        "status",
+        "counts of a run's episodes (started, completed, failed by class, in flight) and mean reward",
+        handler=_cmd_run_status,
+        examples=("trialog run status RUN", "trialog run status RUN --json --bootstrap 127.0.0.1:9092"),
+    )
+    kit.add_run(status, positional=True)
+    kit.add_json(status)
+    kit.add_bootstrap(status)
 
 
 def read_status(bootstrap: str, run: str) -> RunStatus:
+    """The run's counts; a Kafka error (a broker that accepts connections but does not answer) as a
+    `StackError`, not a traceback."""
+    from kafka.errors import KafkaError
+
     from actors.scheduler.status import read_status as read
 
-    return read(bootstrap, run)
+    try:
+        return read(bootstrap, run)
+    except KafkaError as exc:
+        raise StackError(
+            f"cannot read run {run!r} on {bootstrap}: {exc!r}", "check the stack: trialog status"
+        ) from None
 
 
 def _cmd_run_start(args: argparse.Namespace) -> int:
-    from actors.scheduler.worker import SchedulerSettings, run_scheduler
+    from actors.scheduler.worker import SchedulerSettings
     from actors.tasks.publish import publish_tasks
     from actors.tasks.spec import TaskError, find_tasks
+    from ops.cli.workers.scheduler import run_scheduler
+    from ops.paths import Paths
+    from ops.run_workers import Workers, validate_tasks, worker_commands
+    from ops.stack.images import sandbox_ref
     from ops.telemetry.setup import start as start_telemetry
+    from schemas.blobs import LocalObjectStore
     from streams.kafka.topics import ensure_topics
 
     run = args.run if args.run is not None else f"run-{uuid.uuid4().hex[:8]}"
+    target = target_of(args, run)
     try:
-        target = target_from_args(argparse.Namespace(**{**vars(args), "run": run}))
         folders = [folder for root in args.tasks for folder in find_tasks(root)]
-    except (ValueError, TaskError) as exc:
-        raise StackError(f"trialog run start: {exc}", "fix the options") from None
+    except TaskError as exc:
+        raise StackError(str(exc), "fix the task folders given to --tasks") from None
+    bootstrap = kit.require_kafka(kit.bootstrap_of(args))
+    if args.spawn or args.validate:
+        kit.require_docker()  # the sandbox and verifier workers, the validation: all run sandboxes
     paths = Paths.from_env()
-    bootstrap = _bootstrap(args)
     started = time.monotonic()
     if args.validate:
         validate_tasks(args.tasks)
     created = ensure_topics(bootstrap, run)
-    _say(f"run {run}: {len(created)} topics created on {bootstrap}")
+    say(f"run {run}: {len(created)} topics created on {bootstrap}")
     published = publish_tasks(
         folders, bootstrap, LocalObjectStore(paths.objects), str(sandbox_ref()), run=run
     )
-    _say(f"run {run}: published {len(published)} tasks ({', '.join(published)}) [{_since(started)}]")
+    say(f"run {run}: published {len(published)} tasks ({', '.join(published)}) [{_since(started)}]")
     settings = SchedulerSettings(bootstrap, target)
-    telemetry = start_telemetry(telemetry_config.from_args(args, "trialog-scheduler"))
+    telemetry = start_telemetry(kit.telemetry_of(args, "trialog-scheduler"))
+    instance = f"{socket.gethostname()}-{os.getpid()}"
     if not args.spawn:
-        code = run_scheduler(settings)
+        code = run_scheduler(settings, instance)
     else:
         workers = Workers(paths.component("runs") / (run or "default") / "logs")
         commands = worker_commands(
@@ -131,37 +152,40 @@ def _cmd_run_start(args: argparse.Namespace) -> int:
         )
         workers.start(commands)
         try:
-            code = _schedule_beside(workers, settings)
+            code = _schedule_beside(workers, settings, instance)
         finally:
             codes = workers.stop()
-            _say(f"run {run}: workers stopped {codes} [{_since(started)}]")
+            say(f"run {run}: workers stopped {codes} [{_since(started)}]")
     telemetry.close()
-    _say(f"{read_status(bootstrap, run).line()} [{_since(started)}]")
+    say(f"{read_status(bootstrap, run).line()} [{_since(started)}]")
     return code
 
 
-def _schedule_beside(workers: Workers, settings: SchedulerSettings) -> int:
-    """The scheduler in a thread while this one watches the workers: one that dies stops the run (1)."""
+def _schedule_beside(workers: Workers, settings: SchedulerSettings, instance: str) -> int:
+    """The scheduler in a thread while this one watches the workers: one that dies stops the run (1);
+    SIGTERM or SIGINT stop the scheduler, then the workers."""
     from actors.scheduler.worker import SchedulerProcess
+    from ops.progress import ProgressBar
     from schemas.origin import Origin
 
-    process = SchedulerProcess(settings, Origin.system("scheduler", f"{socket.gethostname()}-{os.getpid()}"))
+    process = SchedulerProcess(settings, Origin.system("scheduler", instance))
     codes: list[int] = []
     thread = threading.Thread(target=lambda: codes.append(process.run()), name="scheduler", daemon=True)
-    thread.start()
     bar = ProgressBar(settings.target.episodes, f"run {settings.target.run_id}: episodes ended").start()
-    try:
-        while thread.is_alive():
-            thread.join(timeout=1.0)
-            _show(bar, process)
-            if (dead := workers.dead()) and thread.is_alive():
-                _say(f"run {settings.target.run_id}: workers exited {dead}; stopping (see {workers.logs})")
-                process.stopping.set()
-                thread.join(timeout=30)
-                return 1
-    finally:
-        bar.close()
-        process.stopping.set()
+    with kit.stop_on_signals(process.stopping):
+        thread.start()
+        try:
+            while thread.is_alive():
+                thread.join(timeout=1.0)
+                _show(bar, process)
+                if (dead := workers.dead()) and thread.is_alive():
+                    say(f"run {settings.target.run_id}: workers exited {dead}; stopping (see {workers.logs})")
+                    process.stopping.set()
+                    thread.join(timeout=30)
+                    return 1
+        finally:
+            bar.close()
+            process.stopping.set()
     return codes[0] if codes else 1
 
 
@@ -176,6 +200,6 @@ def _since(started: float) -> str:
 
 
 def _cmd_run_status(args: argparse.Namespace) -> int:
-    status = read_status(_bootstrap(args), args.run)
+    status = read_status(kit.require_kafka(kit.bootstrap_of(args)), args.run)
     print(json.dumps(status.to_json(), indent=2) if args.json else status.line())
-    return 0
+    return kit.EXIT_OK

@@ -1,29 +1,35 @@
-"""The options every command that reads a run back shares (`audit`, `replay`, `reproduce`, `report`):
-where Kafka is, how long to wait for silence, where the object store is, and local task folders."""
+"""What every command that reads a run back shares (`audit`, `replay`, `reproduce`, `report`): its options
+(where Kafka is, how long to wait for silence, where the object store is, local task folders), the fast
+answer when Kafka is not there, and a log that cannot be read as a `StackError` (one line, or one JSON
+object under `--json`, exit code 2)."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from ops.cli import kit
+from streams.errors import StackError
 
 if TYPE_CHECKING:  # the CLI builds its parser from this module: keep it light
     from actors.verifier.tasks import FolderTasks
     from schemas.blobs import LocalObjectStore
 
 DEFAULT_TIMEOUT_S = 60.0
+UNREADABLE_HINT = "check the run's name (trialog run status RUN) and the stack (trialog status)"
 
 
 def add_log_options(parser: argparse.ArgumentParser, *, objects: bool = False, tasks: bool = False) -> None:
-    parser.add_argument(
-        "--bootstrap", metavar="HOST:PORT", help="Kafka bootstrap servers (default: the local stack's broker)"
-    )
+    kit.add_bootstrap(parser)
     parser.add_argument(
         "--timeout",
-        type=float,
+        type=kit.positive_seconds,
         default=DEFAULT_TIMEOUT_S,
         metavar="S",
-        help=f"give up when no record arrives for S seconds (default {DEFAULT_TIMEOUT_S:g})",
+        help="give up when Kafka or the next record does not come for S seconds",
     )
     if objects:
         parser.add_argument(
@@ -43,12 +49,22 @@ def add_log_options(parser: argparse.ArgumentParser, *, objects: bool = False, t
         )
 
 
-def bootstrap_of(args: argparse.Namespace) -> str:
-    if args.bootstrap:
-        return str(args.bootstrap)
-    from ops.stack.stack import StackConfig
+def kafka_of(args: argparse.Namespace) -> str:
+    """The broker the command names (else the local stack's), once it answers; a `StackError` within a few
+    seconds, or within `--timeout` when that is shorter, when it does not."""
+    return kit.require_kafka(kit.bootstrap_of(args), min(kit.SERVICE_PROBE_S, args.timeout))
 
-    return StackConfig.load().kafka.bootstrap
+
+@contextmanager
+def log_errors() -> Iterator[None]:
+    """A `LogReadError` (Kafka gone meanwhile, the run's topics missing) raised in the block, as a
+    `StackError`. Reading is lazy: the block must cover consuming the records, not only asking for them."""
+    from ops.runlog import LogReadError
+
+    try:
+        yield
+    except LogReadError as exc:
+        raise StackError(str(exc), UNREADABLE_HINT) from None
 
 
 def objects_of(args: argparse.Namespace) -> LocalObjectStore:

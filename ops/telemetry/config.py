@@ -7,13 +7,13 @@
 * Metrics are served in Prometheus' text format on 127.0.0.1 when a port is given: `--metrics-port` or
   `TRIALOG_METRICS_PORT` (0 picks a free port, logged at start). Without one, no metric is kept.
 
-`add_arguments` gives a worker's parser both options; `worker_options` turns a config back into them for
-a process that starts workers (`trialog run start --spawn`).
+The options themselves are the CLI's (`ops.cli.kit.add_telemetry`), which passes their values to `resolve`;
+`worker_options` turns a config back into them for a process that starts workers (`trialog run start
+--spawn`).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -39,25 +39,8 @@ class TelemetryConfig:
         return self.metrics_port is not None
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--otlp-endpoint",
-        help="OTLP gRPC endpoint for traces (default: $OTEL_EXPORTER_OTLP_ENDPOINT, else the local stack's "
-        f"Jaeger when it runs; {TRACING_ENV}=off turns tracing off)",
-    )
-    parser.add_argument(
-        "--metrics-port",
-        type=int,
-        help=f"serve Prometheus metrics on 127.0.0.1:PORT/metrics (default: ${METRICS_PORT_ENV}; 0: any)",
-    )
-
-
 def tracing_enabled(env: Mapping[str, str] = os.environ) -> bool:
     return env.get(TRACING_ENV, "on").strip().lower() not in _OFF
-
-
-def from_args(args: argparse.Namespace, service: str, env: Mapping[str, str] = os.environ) -> TelemetryConfig:
-    return resolve(service, getattr(args, "otlp_endpoint", None), getattr(args, "metrics_port", None), env)
 
 
 def resolve(

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
 import atexit
 import threading
 from dataclasses import dataclass, field
 
 from ops.console import say
-from ops.telemetry import config as _config
 from ops.telemetry.config import TelemetryConfig
 from ops.telemetry.prometheus import MetricsServer
 from streams.telemetry import metrics, tracing
@@ -63,7 +61,3 @@ def start(config: TelemetryConfig) -> Telemetry:
     served = f"metrics on http://127.0.0.1:{server.port}/metrics" if server else "metrics off"
     say(f"telemetry of {config.service}: {traced}, {served}")  # stderr: every worker's log shows it
     return telemetry
-
-
-def start_from_args(args: argparse.Namespace, service: str) -> Telemetry:
-    return start(_config.from_args(args, service))

@@ -62,6 +62,7 @@ class LogReader:
         since_ms: int | None = None,
         require_topics: bool = False,
         client_id: str = "trialog-reader",
+        connect_timeout_s: float = 10.0,
     ) -> None:
         from kafka import KafkaConsumer
 
@@ -72,7 +73,9 @@ class LogReader:
             enable_auto_commit=False,
             client_id=client_id,
             request_timeout_ms=30_000,
-            bootstrap_timeout_ms=10_000,
+            # How long to wait for a broker that accepts connections but does not answer (a command's shorter
+            # --timeout bounds this wait too).
+            bootstrap_timeout_ms=int(connect_timeout_s * 1000),
         )
         try:
             self.partitions = self._assign(topics, require_topics)

@@ -9,50 +9,107 @@ learner resumes exactly where its last checkpoint was taken. New versions go to 
 from __future__ import annotations
 
 import argparse
-import logging
-import os
-import signal
-import socket
-import threading
 from pathlib import Path
-from types import FrameType
 
-from learner.lora import DEFAULT_RANK, DEFAULT_TARGETS
-from learner.samples import PROMPT_ENCODERS
-from ops.telemetry import config as telemetry_config
+from ops.cli import kit
+from streams.errors import StackError
+
+# The learner's defaults, here so that building the parser (every --help) never imports torch, which
+# learner.lora and learner.samples do; a unit test keeps them equal to the learner's own.
+DEFAULT_RANK = 8  # learner.lora.DEFAULT_RANK
+DEFAULT_TARGETS = ("q_proj", "v_proj")  # learner.lora.DEFAULT_TARGETS
+PROMPT_ENCODERS = ("chat", "bytes")  # learner.samples.PROMPT_ENCODERS
+IDLE_CHECKPOINT_S = 10.0  # learner.loop.IDLE_CHECKPOINT_S
 
 
-def register(workers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(workers: kit.Subparsers) -> None:
     text = "train the policy near-on-policy from trajectories.completed; publish each new version"
-    command = workers.add_parser("learner", help=text, description=text)
+    command = kit.command(
+        workers,
+        "learner",
+        text,
+        handler=_cmd_worker_learner,
+        examples=(
+            "trialog worker learner --run RUN --device cuda",
+            "trialog worker learner --run RUN --group-size 8 --lr 3e-5 --lora-rank 0 --threads 4",
+        ),
+    )
     add = command.add_argument
-    add("--run", default="", help="the run's topic prefix and id (default: none)")
-    add("--bootstrap", help="Kafka bootstrap servers (default: the local stack's broker)")
-    add("--model", type=Path, help="model folder (default: the prepared SmolLM2-135M-Instruct)")
-    add("--group-size", type=int, default=4, help="trajectories per group (the run's group size)")
-    add("--group-timeout-s", type=float, default=120.0, help="train or skip an incomplete group after this")
-    add("--max-staleness", type=int, default=2, help="drop trajectories more versions old than this")
-    add("--groups-per-step", type=int, default=4,
+    kit.add_run(command)
+    kit.add_bootstrap(command)
+    add(
+        "--model", type=Path, metavar="DIR", help="model folder (default: the prepared SmolLM2-135M-Instruct)"
+    )
+    add(
+        "--group-size",
+        type=kit.int_at_least(2),
+        metavar="N",
+        default=4,
+        help="trajectories per group (the run's group size)",
+    )
+    add("--group-timeout-s", type=kit.positive_seconds, metavar="S", default=120.0,
+        help="train or skip an incomplete group after this")  # fmt: skip
+    add("--max-staleness", type=kit.non_negative_int, metavar="N", default=2,
+        help="drop trajectories more versions old than this")  # fmt: skip
+    add("--groups-per-step", type=kit.positive_int, metavar="N", default=4,
         help="the most ready groups one training step takes: one when the learner keeps up, more when it has "
-        "a backlog, which would otherwise go stale one version at a time (default 4)")  # fmt: skip
-    add("--lora-rank", type=int, default=DEFAULT_RANK, help="LoRA rank; 0 trains every parameter")
-    add("--lora-alpha", type=float, default=16.0, help="LoRA scale numerator (alpha / rank)")
-    add("--lora-targets", default=",".join(DEFAULT_TARGETS), help="comma-separated linear layer names")
-    add("--lr", type=float, default=1e-5, help="AdamW learning rate")
-    add("--micro-batch", type=int, default=4, help="samples per forward pass")
-    add("--epochs", type=int, default=1, help="PPO-clipped passes over each step's samples (default 1)")
-    add("--temperature", type=float, default=1.0, help="the rollouts' sampling temperature")
-    add("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+        "a backlog, which would otherwise go stale one version at a time")  # fmt: skip
+    add(
+        "--lora-rank",
+        type=kit.non_negative_int,
+        metavar="N",
+        default=DEFAULT_RANK,
+        help="LoRA rank; 0 trains every parameter",
+    )
+    add(
+        "--lora-alpha",
+        type=kit.positive_float,
+        metavar="X",
+        default=16.0,
+        help="LoRA scale numerator (alpha / rank)",
+    )
+    add(
+        "--lora-targets",
+        metavar="NAMES",
+        default=",".join(DEFAULT_TARGETS),
+        help="comma-separated linear layer names",
+    )
+    add("--lr", type=kit.positive_float, metavar="X", default=1e-5, help="AdamW learning rate")
+    add("--micro-batch", type=kit.positive_int, metavar="N", default=4, help="samples per forward pass")
+    add(
+        "--epochs",
+        type=kit.positive_int,
+        metavar="N",
+        default=1,
+        help="PPO-clipped passes over each step's samples",
+    )
+    add("--temperature", type=kit.positive_float, metavar="X", default=1.0,
+        help="the rollouts' sampling temperature (log-probabilities are taken at it)")  # fmt: skip
+    add(
+        "--threads",
+        type=kit.non_negative_int,
+        metavar="N",
+        default=0,
+        help="torch CPU threads (0: torch's default)",
+    )
     add("--prompt-encoder", choices=PROMPT_ENCODERS, default="chat", help="how prompts are rebuilt")
-    add("--checkpoint-dir", type=Path, help="checkpoint folder (default: $TRIALOG_HOME/learner/RUN)")
-    add("--objects", type=Path, help="object store folder shared with the rollout workers")
-    add("--idle-checkpoint-s", type=float,
-        help="when caught up, checkpoint progress made without a training step at most every S seconds "
-        "(default 10)")  # fmt: skip
+    add(
+        "--checkpoint-dir",
+        type=Path,
+        metavar="DIR",
+        help="checkpoint folder (default: $TRIALOG_HOME/learner/RUN)",
+    )
+    add(
+        "--objects",
+        type=Path,
+        metavar="DIR",
+        help="object store folder shared with the rollout workers (default: the stack's)",
+    )
+    add("--idle-checkpoint-s", type=kit.positive_seconds, metavar="S", default=IDLE_CHECKPOINT_S,
+        help="when caught up, checkpoint progress without a training step at most this often")  # fmt: skip
     add("--device", default="auto", help="cpu, cuda, cuda:N or auto (a GPU when there is one)")
-    add("--instance", default=f"{socket.gethostname()}-{os.getpid()}", help="worker name")
-    telemetry_config.add_arguments(command)
-    command.set_defaults(handler=_cmd_worker_learner)
+    kit.add_instance(command)
+    kit.add_telemetry(command)
 
 
 def device_of(name: str) -> str:
@@ -76,11 +133,9 @@ def _cmd_worker_learner(args: argparse.Namespace) -> int:
     from learner.trainer import TrainSettings
     from ops.console import say
     from ops.paths import Paths
-    from ops.stack.stack import StackConfig
-    from ops.telemetry.setup import start_from_args
+    from ops.telemetry.setup import start as start_telemetry
     from schemas.blobs import LocalObjectStore
     from schemas.origin import Origin, SystemClock
-    from streams.errors import StackError
 
     paths = Paths.from_env()
     if args.threads > 0:
@@ -100,30 +155,22 @@ def _cmd_worker_learner(args: argparse.Namespace) -> int:
         model_dir = args.model or prepare_model(paths.cache)
         encoder = make_encoder(args.prompt_encoder, model_dir)
     except (ValueError, ImportError) as exc:
-        raise StackError(f"trialog worker learner: {exc}", "fix the learner options") from None
-    bootstrap = args.bootstrap or StackConfig.load(paths).kafka.bootstrap
-    start_from_args(args, "trialog-learner")
+        raise StackError(str(exc), "fix the learner options (trialog worker learner --help)") from None
+    bootstrap = kit.bootstrap_of(args)
+    start_telemetry(kit.telemetry_of(args, "trialog-learner"))
     model = load_model(model_dir, device_of(args.device))
     announcer = KafkaAnnouncer(bootstrap, args.run)
     learner = Learner(model, encoder, LocalObjectStore(args.objects or paths.objects), announcer, settings,
                       Origin.system("learner", args.instance))  # fmt: skip
     resumed = learner.resume()
     feed = KafkaFeed(bootstrap, args.run, learner.state.offsets)
-    stopping = threading.Event()
-
-    def stop(signum: int, frame: FrameType | None) -> None:
-        stopping.set()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("kafka").setLevel(logging.WARNING)
+    kit.worker_logging()
     where = "resumed at version " if resumed else "starting at version "
     say(f"learner {args.instance}: {feed.topic} on {bootstrap}, {where}{learner.state.version}")
     try:
-        idle = {} if args.idle_checkpoint_s is None else {"idle_checkpoint_s": args.idle_checkpoint_s}
-        run(learner, feed, SystemClock(), stopping, **idle)
+        with kit.stop_on_signals() as stopping:
+            run(learner, feed, SystemClock(), stopping, idle_checkpoint_s=args.idle_checkpoint_s)
     finally:
         feed.close()
         announcer.close()
-    return 0
+    return kit.EXIT_OK

@@ -12,62 +12,76 @@ the weights RUN's learner publishes between requests (`--pin-version V`: version
 from __future__ import annotations
 
 import argparse
-import logging
-import os
-import signal
-import socket
 import time
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING
 
-from actors.rollout.policy import Policy
-from ops.telemetry import config as telemetry_config
+from ops.cli import kit
+from streams.errors import StackError
 
 if TYPE_CHECKING:
+    from actors.rollout.policy import Policy
     from actors.rollout.weights import WeightsWatcher
 
 POLICIES = ("scripted", "random", "llm")
 BACKENDS = ("torch", "vllm")
 
 
-def register(workers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(workers: kit.Subparsers) -> None:
     text = "serve policy.requests from Kafka: sample each action from a policy plugin, answer ActionProposed"
-    command = workers.add_parser("rollout", help=text, description=text)
+    command = kit.command(
+        workers,
+        "rollout",
+        text,
+        handler=_cmd_worker_rollout,
+        examples=(
+            "trialog worker rollout --run RUN --policy scripted --solutions examples/tasks",
+            "trialog worker rollout --run RUN --policy random",
+            "trialog worker rollout --run RUN --policy llm --device cuda --batch 8 --versions-run RUN",
+        ),
+    )
     command.add_argument("--policy", choices=POLICIES, default="scripted", help="the policy plugin")
     command.add_argument(
-        "--actions", type=Path, help="scripted: JSON file {task id: [tool call, ...]} of actions to play"
+        "--actions",
+        type=Path,
+        metavar="FILE",
+        help="scripted: a JSON file mapping each task id to the tool calls to play",
     )
     command.add_argument(
-        "--solutions", type=Path, action="append", default=[],
+        "--solutions", type=Path, action="append", default=[], metavar="DIR",
         help="scripted: play the reference solution of each task under DIR (repeatable)",
     )  # fmt: skip
     add_llm_arguments(command)
-    command.add_argument("--bootstrap", help="Kafka bootstrap servers (default: the local stack's broker)")
-    command.add_argument("--run", default="", help="the run's topic prefix (default: none)")
-    command.add_argument(
-        "--group", default="trialog-rollout", help="consumer group (default trialog-rollout)"
-    )
-    command.add_argument("--instance", default=f"{socket.gethostname()}-{os.getpid()}", help="worker name")
-    telemetry_config.add_arguments(command)
-    command.set_defaults(handler=_cmd_worker_rollout)
+    kit.add_bootstrap(command)
+    kit.add_run(command)
+    kit.add_group(command, "rollout")
+    kit.add_instance(command)
+    kit.add_telemetry(command)
 
 
 def add_llm_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument(
-        "--model", type=Path, help="llm: the model folder (default: the one `trialog model prepare` made)"
+        "--model",
+        type=Path,
+        metavar="DIR",
+        help="llm: the model folder (default: the one `trialog model prepare` made)",
     )
     command.add_argument("--backend", choices=BACKENDS, default="torch", help="llm: generation backend")
-    command.add_argument("--device", default="cpu", help="llm: cpu or cuda (default cpu)")
+    command.add_argument("--device", default="cpu", help="llm: cpu or cuda")
     command.add_argument(
-        "--max-new-tokens", type=int, default=512, help="llm: most tokens per reply (default 512)"
+        "--max-new-tokens", type=kit.positive_int, metavar="N", default=512, help="llm: most tokens per reply"
     )
     command.add_argument(
-        "--batch", type=int, default=1, help="llm: queued requests answered per batched generate (default 1)"
+        "--batch",
+        type=kit.positive_int,
+        metavar="N",
+        default=1,
+        help="llm: queued requests answered per batched generate",
     )
     command.add_argument(
         "--threads",
-        type=int,
+        type=kit.non_negative_int,
+        metavar="N",
         default=0,
         help="llm: torch CPU threads (0: torch's default). On a machine shared with other workers, 1 "
         "avoids threads spinning on each other (measured 4x faster under load)",
@@ -79,19 +93,27 @@ def add_llm_arguments(command: argparse.ArgumentParser) -> None:
     )
     command.add_argument(
         "--pin-version",
-        type=int,
+        type=kit.non_negative_int,
         metavar="V",
         help="llm: load version V of --versions-run only, and wait for it before answering (evaluations)",
     )
     command.add_argument(
-        "--objects", type=Path, help="llm: the object store holding published weights (default: the stack's)"
+        "--objects",
+        type=Path,
+        metavar="DIR",
+        help="llm: the object store holding published weights (default: the stack's)",
     )
 
 
 def make_policy(args: argparse.Namespace) -> Policy:
-    """The plugin the arguments name; ValueError when they do not make one."""
+    """The plugin the arguments name; ValueError when they do not make one (every combination is checked
+    before a model is loaded, which can take minutes)."""
     from actors.rollout.simple_policies import RandomPolicy, ScriptedPolicy
 
+    if args.pin_version is not None and args.versions_run is None:
+        raise ValueError("--pin-version needs --versions-run")
+    if args.versions_run is not None and (args.policy != "llm" or args.backend != "torch"):
+        raise ValueError("--versions-run needs --policy llm --backend torch")
     if args.policy == "llm":
         return _llm_policy(args)
     if args.batch != 1:
@@ -111,8 +133,6 @@ def _llm_policy(args: argparse.Namespace) -> Policy:
 
     if args.actions or args.solutions:
         raise ValueError("--actions and --solutions are for --policy scripted")
-    if args.batch < 1 or args.max_new_tokens < 1 or args.threads < 0:
-        raise ValueError("--batch and --max-new-tokens must be at least 1, --threads at least 0")
     if args.threads:
         import torch
 
@@ -138,17 +158,12 @@ def _weights(args: argparse.Namespace, policy: Policy, bootstrap: str) -> Weight
     from ops.console import say
     from ops.paths import Paths
     from schemas.blobs import LocalObjectStore
-    from streams.errors import StackError
 
     if args.versions_run is None:
-        if args.pin_version is not None:
-            raise StackError("trialog worker rollout: --pin-version needs --versions-run", "add it")
         return None
     model = getattr(getattr(policy, "backend", None), "model", None)
-    if args.policy != "llm" or model is None:
-        raise StackError(
-            "trialog worker rollout: --versions-run needs --policy llm --backend torch", "fix it"
-        )
+    if model is None:  # make_policy refused the other backends: a torch policy without a model is a bug
+        raise StackError(f"policy {policy.name} has no torch model to load weights into", "report it")
     store = LocalObjectStore(args.objects or Paths.from_env().objects)
     watcher = WeightsWatcher(
         KafkaPublications(bootstrap, args.versions_run),
@@ -162,7 +177,7 @@ def _weights(args: argparse.Namespace, policy: Policy, bootstrap: str) -> Weight
         while watcher.refresh() != args.pin_version:
             if time.monotonic() > give_up or args.pin_version in watcher.refused:
                 raise StackError(
-                    f"trialog worker rollout: version {args.pin_version} of {args.versions_run} could not "
+                    f"version {args.pin_version} of {args.versions_run} could not "
                     f"be loaded within {PIN_WAIT_S:.0f} s",
                     "check the learner's publications (trialog replay / policy.versions)",
                 )
@@ -176,32 +191,23 @@ def _cmd_worker_rollout(args: argparse.Namespace) -> int:
     from actors.rollout.worker import ROUTE, RolloutWorker
     from actors.tasks.spec import TaskError
     from ops.console import say
-    from ops.paths import Paths
-    from ops.stack.stack import StackConfig
-    from ops.telemetry.setup import start_from_args
+    from ops.telemetry.setup import start as start_telemetry
     from schemas.origin import Origin
-    from streams.errors import StackError
     from streams.kafka.request_loop import LoopSettings, RequestLoop
 
     try:
         policy = make_policy(args)
     except (ValueError, TaskError, BackendUnavailable) as exc:
-        raise StackError(f"trialog worker rollout: {exc}", "fix the policy options") from None
-    bootstrap = args.bootstrap or StackConfig.load(Paths.from_env()).kafka.bootstrap
+        raise StackError(str(exc), "fix the policy options (trialog worker rollout --help)") from None
+    bootstrap = kit.bootstrap_of(args)
     origin = Origin.system("rollout", args.instance)
     worker = RolloutWorker(policy, origin, _weights(args, policy, bootstrap))
     settings = LoopSettings(bootstrap, args.group, args.run, max_batch=args.batch)
     loop = RequestLoop(ROUTE, worker.handle, settings, origin, handle_batch=worker.handle_batch)
-
-    def stop(signum: int, frame: FrameType | None) -> None:
-        loop.stopping.set()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("kafka").setLevel(logging.WARNING)
+    kit.worker_logging()
     where = f"{loop.requests_topic} on {bootstrap}, group {args.group}"
     say(f"rollout worker {args.instance} ({policy.name}): {where}")
-    start_from_args(args, "trialog-rollout")
-    loop.run()
-    return 0
+    start_telemetry(kit.telemetry_of(args, "trialog-rollout"))
+    with kit.stop_on_signals(loop.stopping):
+        loop.run()
+    return kit.EXIT_OK

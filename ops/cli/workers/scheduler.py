@@ -3,62 +3,68 @@
 `register(workers)` adds the `scheduler` command to a `worker` command group. The scheduler keeps at most
 `--capacity` episodes in flight (backpressure), starts them in groups of `--group-size` on one task
 (tasks drawn from the run's `tasks` topic with `--seed`), survives a restart without starting extra
-episodes (it reads its earlier commands back), prints progress on stderr and exits 0 when done.
+episodes (it reads its earlier commands back), prints progress on stderr and exits 0 when done; SIGTERM
+or SIGINT stop it (exit 1).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import socket
 from typing import TYPE_CHECKING
 
 from actors.scheduler.defaults import DEFAULT_CAPACITY, DEFAULT_GROUP_SIZE, DEFAULT_MAX_STEPS
-from ops.telemetry import config as telemetry_config
+from ops.cli import kit
 
 if TYPE_CHECKING:
     from actors.scheduler.core import Target
+    from actors.scheduler.worker import SchedulerSettings
 
 
 def add_target_arguments(command: argparse.ArgumentParser) -> None:
-    """--capacity, --group-size, --seed, --max-steps (shared with `trialog run start`)."""
-    command.add_argument(
-        "--capacity", type=int, default=DEFAULT_CAPACITY,
-        help=f"most episodes in flight at once (default {DEFAULT_CAPACITY})",
-    )  # fmt: skip
-    command.add_argument(
-        "--group-size", type=int, default=DEFAULT_GROUP_SIZE,
-        help=f"episodes per task in a row, for group-relative advantages (default {DEFAULT_GROUP_SIZE})",
-    )  # fmt: skip
-    command.add_argument("--seed", type=int, default=0, help="seed of the task draw (default 0)")
-    command.add_argument(
-        "--round-robin", action="store_true",
-        help="give groups the tasks in turn (sorted by id) instead of drawing them: every task equally",
-    )  # fmt: skip
-    command.add_argument(
-        "--max-steps", type=int, default=DEFAULT_MAX_STEPS,
-        help=f"actions per episode, submit included (default {DEFAULT_MAX_STEPS})",
-    )  # fmt: skip
+    """--episodes, --capacity, --group-size, --seed, --round-robin, --max-steps (shared with `run start`)."""
+    add = command.add_argument
+    add("--episodes", type=kit.positive_int, metavar="N", required=True, help="how many episodes the run has")
+    add(
+        "--capacity",
+        type=kit.positive_int,
+        metavar="N",
+        default=DEFAULT_CAPACITY,
+        help="most episodes in flight at once",
+    )
+    add("--group-size", type=kit.positive_int, metavar="N", default=DEFAULT_GROUP_SIZE,
+        help="episodes per task in a row, for group-relative advantages")  # fmt: skip
+    add("--seed", type=int, metavar="N", default=0, help="seed of the task draw")
+    add("--round-robin", action="store_true",
+        help="give groups the tasks in turn (sorted by id), not drawn: every task equally")  # fmt: skip
+    add("--max-steps", type=kit.positive_int, metavar="N", default=DEFAULT_MAX_STEPS,
+        help="actions per episode, submit included")  # fmt: skip
 
 
-def register(workers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(workers: kit.Subparsers) -> None:
     text = "start a run's episodes on episode.commands (backpressure: --capacity) until N have ended"
-    command = workers.add_parser("scheduler", help=text, description=text)
-    command.add_argument("--run", default="", help="the run's topic prefix (default: none)")
-    command.add_argument("--episodes", type=int, required=True, help="how many episodes the run has")
+    command = kit.command(
+        workers,
+        "scheduler",
+        text,
+        handler=_cmd_worker_scheduler,
+        examples=(
+            "trialog worker scheduler --run RUN --episodes 8",
+            "trialog worker scheduler --run RUN --episodes 64 --group-size 4 --capacity 16 --round-robin",
+        ),
+    )
+    kit.add_run(command)
     add_target_arguments(command)
-    command.add_argument("--bootstrap", help="Kafka bootstrap servers (default: the local stack's broker)")
-    command.add_argument("--instance", default=f"{socket.gethostname()}-{os.getpid()}", help="worker name")
-    telemetry_config.add_arguments(command)
-    command.set_defaults(handler=_cmd_worker_scheduler)
+    kit.add_bootstrap(command)
+    kit.add_instance(command)
+    kit.add_telemetry(command)
 
 
-def target_from_args(args: argparse.Namespace) -> Target:
-    """The run's target from the options; ValueError when they make none."""
+def target_of(args: argparse.Namespace, run: str) -> Target:
+    """The target of `run` from the options `add_target_arguments` added (each checked when parsed)."""
     from actors.scheduler.core import Target
 
     return Target(
-        run_id=args.run,
+        run_id=run,
         episodes=args.episodes,
         group_size=args.group_size,
         capacity=args.capacity,
@@ -68,17 +74,21 @@ def target_from_args(args: argparse.Namespace) -> Target:
     )
 
 
-def _cmd_worker_scheduler(args: argparse.Namespace) -> int:
-    from actors.scheduler.worker import SchedulerSettings, run_scheduler
-    from ops.paths import Paths
-    from ops.stack.stack import StackConfig
-    from ops.telemetry.setup import start_from_args
-    from streams.errors import StackError
+def run_scheduler(settings: SchedulerSettings, instance: str) -> int:
+    """The scheduler in this process until its episodes have ended (0) or SIGTERM/SIGINT stop it (1)."""
+    from actors.scheduler.worker import SchedulerProcess
+    from schemas.origin import Origin
 
-    try:
-        target = target_from_args(args)
-    except ValueError as exc:
-        raise StackError(f"trialog worker scheduler: {exc}", "fix the options") from None
-    bootstrap = args.bootstrap or StackConfig.load(Paths.from_env()).kafka.bootstrap
-    start_from_args(args, "trialog-scheduler")
-    return run_scheduler(SchedulerSettings(bootstrap, target), args.instance)
+    process = SchedulerProcess(settings, Origin.system("scheduler", instance))
+    with kit.stop_on_signals(process.stopping):
+        return process.run()
+
+
+def _cmd_worker_scheduler(args: argparse.Namespace) -> int:
+    from actors.scheduler.worker import SchedulerSettings
+    from ops.telemetry.setup import start as start_telemetry
+
+    target = target_of(args, args.run)
+    settings = SchedulerSettings(kit.bootstrap_of(args), target)
+    start_telemetry(kit.telemetry_of(args, "trialog-scheduler"))
+    return run_scheduler(settings, args.instance)

@@ -3,21 +3,18 @@
 `register(subparsers)` adds the `verifier` command to a `worker` command group. Tasks come from local task
 folders (`--tasks`, repeatable); final workspaces are snapshots in the object store the sandbox workers
 write (`--objects`, the same folder for every worker of the run). Each request is graded in a fresh
-sandbox on the stack's Docker engine.
+sandbox on the stack's Docker engine. No Docker engine: it exits at once with what to run; no Kafka yet:
+it waits for the broker.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
-import os
-import signal
-import socket
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING
 
-from ops.telemetry import config as telemetry_config
+from ops.cli import kit
+from streams.errors import StackError
 
 if TYPE_CHECKING:
     from actors.verifier.tasks import FolderTasks
@@ -25,22 +22,33 @@ if TYPE_CHECKING:
 VERIFIER_LABEL = "dev.trialog.verifier"
 
 
-def register(workers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(workers: kit.Subparsers) -> None:
     text = "serve verify.requests from Kafka: grade each final snapshot with the task's frozen tests"
-    command = workers.add_parser("verifier", help=text, description=text)
+    command = kit.command(
+        workers,
+        "verifier",
+        text,
+        handler=_cmd_worker_verifier,
+        examples=(
+            "trialog worker verifier --run RUN --tasks examples/tasks",
+            "trialog worker verifier --run RUN --tasks examples/tasks --tasks more/tasks --objects /shared/o",
+        ),
+    )
     command.add_argument(
         "--tasks", type=Path, action="append", required=True, metavar="DIR",
         help="a task folder or a folder of them (repeatable)",
     )  # fmt: skip
-    command.add_argument("--objects", type=Path, help="object store folder shared by all workers of the run")
-    command.add_argument("--bootstrap", help="Kafka bootstrap servers (default: the local stack's broker)")
-    command.add_argument("--run", default="", help="the run's topic prefix (default: none)")
     command.add_argument(
-        "--group", default="trialog-verifier", help="consumer group (default trialog-verifier)"
+        "--objects",
+        type=Path,
+        metavar="DIR",
+        help="object store folder shared by all workers of the run (default: the stack's)",
     )
-    command.add_argument("--instance", default=f"{socket.gethostname()}-{os.getpid()}", help="worker name")
-    telemetry_config.add_arguments(command)
-    command.set_defaults(handler=_cmd_worker_verifier)
+    kit.add_bootstrap(command)
+    kit.add_run(command)
+    kit.add_group(command, "verifier")
+    kit.add_instance(command)
+    kit.add_telemetry(command)
 
 
 def poll_interval_ms(tasks: FolderTasks) -> int:
@@ -57,25 +65,20 @@ def _cmd_worker_verifier(args: argparse.Namespace) -> int:
     from actors.verifier.worker import ROUTE, VerifierWorker
     from ops.console import say
     from ops.paths import Paths
-    from ops.stack import docker_engine
     from ops.stack.sandboxes import default_image
-    from ops.stack.stack import StackConfig
-    from ops.telemetry.setup import start_from_args
+    from ops.telemetry.setup import start as start_telemetry
     from sandbox_agent.docker_backend import DockerBackend
     from schemas.blobs import LocalObjectStore
     from schemas.origin import Origin
-    from streams.errors import StackError
     from streams.kafka.request_loop import LoopSettings, RequestLoop
 
-    paths = Paths.from_env()
     try:
         tasks = FolderTasks(args.tasks)
     except TaskError as exc:
-        raise StackError(f"trialog worker verifier: {exc}", "fix or remove that task folder") from None
-    engine = docker_engine.current(paths)
-    if engine is None:
-        raise StackError("no Docker engine answers", "run `trialog up` first")
-    bootstrap = args.bootstrap or StackConfig.load(paths).kafka.bootstrap
+        raise StackError(str(exc), "fix or remove that task folder") from None
+    engine = kit.require_docker()
+    paths = Paths.from_env()
+    bootstrap = kit.bootstrap_of(args)
     objects = LocalObjectStore(args.objects or paths.objects)
     client = engine.client()
     try:
@@ -84,18 +87,12 @@ def _cmd_worker_verifier(args: argparse.Namespace) -> int:
         worker = VerifierWorker(tasks, SnapshotGrader(backend, objects, default_image()), objects, origin)
         settings = LoopSettings(bootstrap, args.group, args.run, max_poll_interval_ms=poll_interval_ms(tasks))
         loop = RequestLoop(ROUTE, worker.handle, settings, origin)
-
-        def stop(signum: int, frame: FrameType | None) -> None:
-            loop.stopping.set()
-
-        signal.signal(signal.SIGTERM, stop)
-        signal.signal(signal.SIGINT, stop)
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        logging.getLogger("kafka").setLevel(logging.WARNING)
+        kit.worker_logging()
         where = f"{loop.requests_topic} on {bootstrap}, group {args.group}"
         say(f"verifier {args.instance} ({len(tasks.ids)} tasks): {where}")
-        start_from_args(args, "trialog-verifier")
-        loop.run()
+        start_telemetry(kit.telemetry_of(args, "trialog-verifier"))
+        with kit.stop_on_signals(loop.stopping):
+            loop.run()
     finally:
         client.close()
-    return 0
+    return kit.EXIT_OK

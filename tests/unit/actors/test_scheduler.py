@@ -9,7 +9,7 @@ import hashlib
 import pytest
 
 from actors.scheduler.core import SchedulerState, Target, decide, episode_seed, progress
-from ops.cli.workers.scheduler import register, target_from_args
+from ops.cli.workers.scheduler import register, target_of
 from schemas.blobs import BlobRef
 from schemas.codec import default_codec
 from schemas.commands import StartEpisode
@@ -155,7 +155,7 @@ def test_the_worker_command_parses_its_options() -> None:
     args = parser.parse_args(
         ["scheduler", "--run", "r1", "--episodes", "5", "--group-size", "2", "--seed", "9"]
     )
-    target = target_from_args(args)
+    target = target_of(args, args.run)
     assert target == Target("r1", 5, group_size=2, capacity=4, seed=9, max_steps=8)
     turns = parser.parse_args(["scheduler", "--episodes", "2", "--round-robin"])
-    assert target_from_args(turns).round_robin
+    assert target_of(turns, turns.run).round_robin

@@ -11,7 +11,10 @@ import pytest
 
 from ops.audit import EVENTS, LogRecord, audit
 from ops.cli import audit as audit_cli
+from ops.cli import kit
 from ops.cli.audit import register
+from ops.cli.main import main as trialog
+from ops.runlog import LogReadError
 from schemas.actions import RunCommand, Submit
 from schemas.codec import Codec, default_codec
 from schemas.common import EpisodeConfig, FailureClass, Verdict
@@ -297,6 +300,7 @@ def test_the_audit_command_prints_a_table_and_exits_by_health(
         return log.records
 
     monkeypatch.setattr(audit_cli, "read_run", read)
+    monkeypatch.setattr(kit, "require_kafka", lambda bootstrap, *_: bootstrap)  # no broker here
     args = _parse(["r1", "--bootstrap", "kafka:9"])
     assert args.handler(args) == 0
     out = capsys.readouterr().out
@@ -313,10 +317,13 @@ def test_the_audit_command_reports_an_unreadable_run_with_exit_code_2(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     def read(bootstrap: str, run: str, **_: object) -> list[LogRecord]:
-        raise audit_cli.AuditError("cannot reach Kafka at kafka:9")
+        raise LogReadError("cannot reach Kafka at kafka:9")
 
     monkeypatch.setattr(audit_cli, "read_run", read)
-    args = _parse(["r1", "--bootstrap", "kafka:9"])
-    assert args.handler(args) == 2
+    monkeypatch.setattr(kit, "require_kafka", lambda bootstrap, *_: bootstrap)
+    assert trialog(["audit", "r1", "--bootstrap", "kafka:9"]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and "trialog audit: cannot reach Kafka" in captured.err
+    assert trialog(["audit", "r1", "--bootstrap", "kafka:9", "--json"]) == 2
+    error = json.loads(capsys.readouterr().out)
+    assert error["error"] == "cannot reach Kafka at kafka:9" and "trialog status" in error["hint"]

@@ -1,0 +1,225 @@
+"""The run, audit-side and worker commands: values refused when parsed, a missing Kafka or Docker answered at
+once with what to run (real processes, timed), --json errors as one JSON object, --help without heavy
+imports, and the defaults the parser mirrors (so that --help needs no torch) equal to the libraries'."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ops.cli.main import build_parser
+from ops.paths import REPO_ROOT
+from ops.process import free_port
+
+# The fail-fast promise of issue 13: a command that needs a missing service answers within this.
+FAIL_FAST_S = 5.0
+HEAVY = ("torch", "docker", "kafka", "faust")
+# This session's modules: each must build its parser without a heavy import.
+SERVICE_MODULES = (
+    "ops.cli.run",
+    "ops.cli.audit",
+    "ops.cli.replay",
+    "ops.cli.report",
+    "ops.cli.reproduce",
+    "ops.cli.run_log_args",
+    "ops.cli.workers.streams",
+    "ops.cli.workers.sandbox",
+    "ops.cli.workers.rollout",
+    "ops.cli.workers.verifier",
+    "ops.cli.workers.scheduler",
+    "ops.cli.workers.learner",
+)
+
+
+def _heavy_imports(*modules: str) -> dict[str, list[str]]:
+    """The heavy modules each of `modules` pulls in, imported in turn in one fresh interpreter (a heavy
+    module is named under the first that imports it)."""
+    code = (
+        "import importlib, json, sys\n"
+        "found, seen = {}, set()\n"
+        f"for name in {list(modules)!r}:\n"
+        "    importlib.import_module(name)\n"
+        f"    found[name] = sorted(set({HEAVY!r}) & set(sys.modules) - seen)\n"
+        "    seen.update(found[name])\n"
+        "print(json.dumps(found))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    found: dict[str, list[str]] = json.loads(done.stdout)
+    return found
+
+
+def test_the_command_modules_of_runs_audits_and_workers_import_nothing_heavy() -> None:
+    found = _heavy_imports(*SERVICE_MODULES)
+    assert {module: heavy for module, heavy in found.items() if heavy} == {}
+
+
+@pytest.mark.xfail(
+    reason="ops.cli.tasks and ops.cli.grading import docker (ops.stack.images) at module level: the other "
+    "CLI modules' part of issue 13; drop this mark once they import it in their handlers",
+    strict=True,
+)
+def test_the_whole_cli_imports_nothing_heavy() -> None:
+    assert _heavy_imports("ops.cli.main") == {"ops.cli.main": []}
+
+
+START = ["run", "start", "--tasks", "t", "--policy", "scripted"]
+REFUSED = [
+    ([*START, "--episodes", "0"], "--episodes"),
+    ([*START, "--episodes", "2", "--capacity", "0"], "--capacity"),
+    ([*START, "--episodes", "2", "--group-size", "x"], "--group-size"),
+    ([*START, "--episodes", "2", "--max-steps", "-1"], "--max-steps"),
+    ([*START, "--episodes", "2", "--metrics-port", "70000"], "--metrics-port"),
+    (["run", "status", "r1", "--bootstrap", "localhost"], "--bootstrap"),
+    (["audit", "r1", "--timeout", "0"], "--timeout"),
+    (["audit", "r1", "--timeout", "nan"], "--timeout"),
+    (["audit", "r1", "--stale-after", "inf"], "--stale-after"),
+    (["replay", "r1", "--output-chars", "0"], "--output-chars"),
+    (["replay", "r1", "--from", "yesterday"], "--from"),
+    (["report", "r1", "--out", "d", "--timeout", "-5"], "--timeout"),
+    (["reproduce", "e1", "--run", "r1", "--bootstrap", "h:99999"], "--bootstrap"),
+    (["worker", "streams", "--temperature", "-0.1"], "--temperature"),
+    (["worker", "streams", "--top-p", "0"], "--top-p"),
+    (["worker", "streams", "--top-p", "1.5"], "--top-p"),
+    (["worker", "streams", "--max-tokens", "0"], "--max-tokens"),
+    (["worker", "streams", "--standby-replicas", "-1"], "--standby-replicas"),
+    (["worker", "sandbox", "--pool", "-1"], "--pool"),
+    (["worker", "sandbox", "--max-episodes", "0"], "--max-episodes"),
+    (["worker", "rollout", "--batch", "0"], "--batch"),
+    (["worker", "rollout", "--max-new-tokens", "0"], "--max-new-tokens"),
+    (["worker", "rollout", "--threads", "-1"], "--threads"),
+    (["worker", "rollout", "--pin-version", "-1"], "--pin-version"),
+    (["worker", "scheduler", "--episodes", "0"], "--episodes"),
+    (["worker", "learner", "--group-size", "1"], "--group-size"),
+    (["worker", "learner", "--group-timeout-s", "0"], "--group-timeout-s"),
+    (["worker", "learner", "--max-staleness", "-1"], "--max-staleness"),
+    (["worker", "learner", "--lr", "0"], "--lr"),
+    (["worker", "learner", "--lr", "nan"], "--lr"),
+    (["worker", "learner", "--micro-batch", "0"], "--micro-batch"),
+    (["worker", "learner", "--epochs", "0"], "--epochs"),
+    (["worker", "learner", "--temperature", "0"], "--temperature"),
+    (["worker", "learner", "--lora-alpha", "-1"], "--lora-alpha"),
+    (["worker", "learner", "--idle-checkpoint-s", "0"], "--idle-checkpoint-s"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("argv", "option"), REFUSED, ids=[" ".join(argv) for argv, _ in REFUSED])
+def test_a_bad_value_is_refused_when_parsed(
+    argv: list[str], option: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(argv)
+    assert exited.value.code == 2
+    assert f"argument {option}" in capsys.readouterr().err
+
+
+HELPED = [
+    ["run", "start"], ["run", "status"], ["audit"], ["replay"], ["report"], ["reproduce"],
+    *(["worker", kind] for kind in ("streams", "sandbox", "rollout", "verifier", "scheduler", "learner")),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("command", HELPED, ids=[" ".join(c) for c in HELPED])
+def test_each_command_shows_examples_and_its_defaults(
+    command: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")  # one option a line: the assertions read whole lines
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args([*command, "--help"])
+    assert exited.value.code == 0
+    out = capsys.readouterr().out
+    assert "Examples:" in out and f"trialog {' '.join(command)}" in out.split("Examples:")[1]
+    assert "(default: None)" not in out and "(default: False)" not in out
+
+
+def test_the_mirrored_defaults_equal_the_libraries() -> None:
+    from learner import loop, lora, samples
+    from ops import audit, replay
+    from ops.cli import audit as audit_cli
+    from ops.cli import replay as replay_cli
+    from ops.cli.workers import learner as learner_cli
+
+    assert (learner_cli.DEFAULT_RANK, learner_cli.DEFAULT_TARGETS) == (
+        lora.DEFAULT_RANK,
+        lora.DEFAULT_TARGETS,
+    )
+    assert learner_cli.PROMPT_ENCODERS == samples.PROMPT_ENCODERS
+    assert learner_cli.IDLE_CHECKPOINT_S == loop.IDLE_CHECKPOINT_S
+    assert audit_cli.DEFAULT_STALE_AFTER_S == audit.DEFAULT_STALE_AFTER_S
+    assert replay_cli.DEFAULT_OUTPUT_CHARS == replay.DEFAULT_OUTPUT_CHARS
+
+
+def _trialog(argv: list[str], env: dict[str, str]) -> tuple[subprocess.CompletedProcess[str], float]:
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "ops.cli", *argv], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    return done, time.monotonic() - started
+
+
+@pytest.fixture
+def bare_env(tmp_path: Path) -> dict[str, str]:
+    """No stack: an empty TRIALOG_HOME, no Docker engine at DOCKER_HOST, tracing off."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**os.environ, "TRIALOG_HOME": str(home), "TRIALOG_TRACING": "off"}
+    env["DOCKER_HOST"] = f"unix://{tmp_path / 'no-docker.sock'}"
+    return env
+
+
+# (argv, has --json): each with --bootstrap on a closed port.
+NEEDS_KAFKA = [
+    (["run", "status", "r1"], True),
+    (["run", "start", "--tasks", "examples/tasks", "--episodes", "2", "--policy", "scripted"], False),
+    (["audit", "r1"], True),
+    (["replay", "r1"], True),
+    (["report", "r1", "--out", "OUT"], False),
+    (["reproduce", "e1", "--run", "r1"], True),
+]
+
+
+@pytest.mark.parametrize(("argv", "has_json"), NEEDS_KAFKA, ids=[" ".join(a[:2]) for a, _ in NEEDS_KAFKA])
+def test_a_command_without_kafka_answers_at_once_with_the_fix(
+    argv: list[str], has_json: bool, bare_env: dict[str, str], tmp_path: Path
+) -> None:
+    argv = [str(tmp_path / "out") if arg == "OUT" else arg for arg in argv]
+    closed = f"127.0.0.1:{free_port()}"  # free: nothing listens there
+    done, took = _trialog([*argv, "--bootstrap", closed, *(["--json"] if has_json else [])], bare_env)
+    assert done.returncode == 2, done.stderr
+    assert took < FAIL_FAST_S, f"{took:.1f} s"
+    assert "Traceback" not in done.stderr and "trialog up" in done.stderr
+    assert done.stderr.splitlines()[0] == f"trialog {argv[0]}: no Kafka broker answers at {closed}"
+    if has_json:
+        error = json.loads(done.stdout)
+        assert error["error"] == f"no Kafka broker answers at {closed}" and "trialog up" in error["hint"]
+    else:
+        assert done.stdout == ""
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["worker", "sandbox", "--run", "r1"],
+        ["worker", "verifier", "--run", "r1", "--tasks", "examples/tasks"],
+    ],
+)
+def test_a_sandbox_or_verifier_worker_without_docker_exits_at_once(
+    argv: list[str], bare_env: dict[str, str]
+) -> None:
+    from ops.stack.docker_engine import SYSTEM_SOCKET, ping
+
+    if ping(SYSTEM_SOCKET, timeout_s=1) is None:
+        pytest.skip(f"a Docker engine answers on {SYSTEM_SOCKET}: this machine has no engine-less case")
+    # Kafka is not needed to fail: the worker would wait for it, but Docker is checked first.
+    done, took = _trialog([*argv, "--bootstrap", f"127.0.0.1:{free_port()}"], bare_env)
+    assert done.returncode == 2, done.stderr
+    assert took < FAIL_FAST_S, f"{took:.1f} s"
+    assert "Traceback" not in done.stderr and "no Docker engine answers" in done.stderr
+    assert "trialog up" in done.stderr
