@@ -43,9 +43,15 @@ FOLD_TARGET = 100_000.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--rounds", type=kit.positive_int, default=15, help="interleaved measurement rounds")
-    parser.add_argument("--events", type=kit.positive_int, default=5000, help="step events per codec batch")
-    parser.add_argument("--episodes", type=kit.positive_int, default=200, help="episodes in the fold batch")
+    parser.add_argument(
+        "--rounds", type=kit.positive_int, metavar="N", default=15, help="interleaved measurement rounds"
+    )
+    parser.add_argument(
+        "--events", type=kit.positive_int, metavar="N", default=5000, help="step events per codec batch"
+    )
+    parser.add_argument(
+        "--episodes", type=kit.positive_int, metavar="N", default=200, help="episodes in the fold batch"
+    )
     kit.add_record(parser, REPO_ROOT / "BENCHMARKS.md", "codec")
 
 

@@ -39,20 +39,36 @@ INSTRUCTION_WORDS = "Fix the function in calc.py so that the tests in tests/test
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--groups", type=kit.positive_int, default=3, help="groups for the throughput phase")
     parser.add_argument(
-        "--idle-groups", type=kit.positive_int, default=3, help="groups for the idle-fraction phase"
-    )
-    parser.add_argument("--group-size", type=kit.positive_int, default=4, help="trajectories per group")
-    parser.add_argument("--turns", type=kit.positive_int, default=2, help="model turns per trajectory")
-    parser.add_argument("--prompt-tokens", type=kit.positive_int, default=256, help="prompt tokens per turn")
-    parser.add_argument(
-        "--lora-rank", type=kit.non_negative_int, default=8, help="LoRA rank, 0 for every weight"
+        "--groups", type=kit.positive_int, metavar="N", default=3, help="groups for the throughput phase"
     )
     parser.add_argument(
-        "--threads", type=kit.non_negative_int, default=0, help="torch threads (0: torch's choice)"
+        "--idle-groups",
+        type=kit.positive_int,
+        metavar="N",
+        default=3,
+        help="groups for the idle-fraction phase",
     )
-    parser.add_argument("--rollout-tokens-per-s", type=kit.positive_float, default=15.0,
+    parser.add_argument(
+        "--group-size", type=kit.positive_int, metavar="N", default=4, help="trajectories per group"
+    )
+    parser.add_argument(
+        "--turns", type=kit.positive_int, metavar="N", default=2, help="model turns per trajectory"
+    )
+    parser.add_argument(
+        "--prompt-tokens", type=kit.positive_int, metavar="N", default=256, help="prompt tokens per turn"
+    )
+    parser.add_argument(
+        "--lora-rank", type=kit.non_negative_int, metavar="N", default=8, help="LoRA rank, 0 for every weight"
+    )
+    parser.add_argument(
+        "--threads",
+        type=kit.non_negative_int,
+        metavar="N",
+        default=0,
+        help="torch threads (0: torch's choice)",
+    )
+    parser.add_argument("--rollout-tokens-per-s", type=kit.positive_float, metavar="N", default=15.0,
                         help="the stand-in's sampling pace (SmolLM2 greedy on 2 cores: ~15)")  # fmt: skip
     parser.add_argument(
         "--model", type=kit.existing_dir, metavar="DIR", help="model folder (default: the prepared SmolLM2)"

@@ -88,36 +88,51 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     # The defaults are the settings of the run recorded in BENCHMARKS.md (the one that showed learning);
     # the earlier defaults, which showed none, were --steps 16 --tasks-per-step 1 --tasks 8
     # --eval-per-task 8 --lr 2e-4 --epochs 1 --lora-targets q_proj,v_proj.
-    parser.add_argument("--steps", type=kit.positive_int, default=12, help="GRPO steps")
+    parser.add_argument("--steps", type=kit.positive_int, metavar="N", default=12, help="GRPO steps")
     parser.add_argument(
         "--variant",
         choices=[variant.value for variant in Variant],
         default="blind",
         help="toy variant (actors.tasks.toy): blind names the function only, shown also shows the file",
     )
-    parser.add_argument("--tasks-per-step", type=kit.positive_int, default=2, help="groups per step")
     parser.add_argument(
-        "--epochs", type=kit.positive_int, default=2, help="PPO passes over each step's samples"
+        "--tasks-per-step", type=kit.positive_int, metavar="N", default=2, help="groups per step"
+    )
+    parser.add_argument(
+        "--epochs", type=kit.positive_int, metavar="N", default=2, help="PPO passes over each step's samples"
     )
     parser.add_argument(
         "--lora-targets", default=LORA_TARGETS, help="comma-separated linear layers LoRA adapts"
     )
-    parser.add_argument("--group", type=kit.positive_int, default=8, help="replies per task and step")
-    parser.add_argument("--tasks", type=kit.positive_int, default=16, help="toy tasks, a quarter held out")
     parser.add_argument(
-        "--eval-per-task", type=kit.positive_int, default=16, help="held-out samples per task"
+        "--group", type=kit.positive_int, metavar="N", default=8, help="replies per task and step"
     )
-    parser.add_argument("--lr", type=kit.positive_float, default=1e-3, help="AdamW learning rate")
     parser.add_argument(
-        "--lora-rank", type=kit.non_negative_int, default=8, help="LoRA rank, 0 for every weight"
+        "--tasks", type=kit.positive_int, metavar="N", default=16, help="toy tasks, a quarter held out"
     )
-    parser.add_argument("--max-new-tokens", type=kit.positive_int, default=48, help="tokens per reply")
     parser.add_argument(
-        "--temperature", type=kit.positive_float, default=0.7, help="sampling temperature, also the learner's"
+        "--eval-per-task", type=kit.positive_int, metavar="N", default=16, help="held-out samples per task"
+    )
+    parser.add_argument(
+        "--lr", type=kit.positive_float, metavar="N", default=1e-3, help="AdamW learning rate"
+    )
+    parser.add_argument(
+        "--lora-rank", type=kit.non_negative_int, metavar="N", default=8, help="LoRA rank, 0 for every weight"
+    )
+    parser.add_argument(
+        "--max-new-tokens", type=kit.positive_int, metavar="N", default=48, help="tokens per reply"
+    )
+    parser.add_argument(
+        "--temperature",
+        type=kit.positive_float,
+        metavar="N",
+        default=0.7,
+        help="sampling temperature, also the learner's",
     )
     parser.add_argument(
         "--threads",
         type=kit.non_negative_int,
+        metavar="N",
         default=1,
         help="torch threads, 0 for torch's choice (1: on 2 shared cores one thread is faster than two "
         "spinning on each other)",

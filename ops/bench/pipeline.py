@@ -56,12 +56,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--episodes",
         type=_loads,
-        default=[60, 200, 400],
+        default="60,200,400",
         metavar="N[,N...]",
         help="episodes all in flight at once: one measurement per count, comma-separated",
     )
     parser.add_argument(
-        "--steps", type=kit.positive_int, default=8, help="run steps per episode before submit"
+        "--steps", type=kit.positive_int, metavar="N", default=8, help="run steps per episode before submit"
     )
     kit.add_bootstrap(parser)
     kit.add_record(parser, REPO_ROOT / "BENCHMARKS.md", "pipeline")
@@ -70,7 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also measure the streams worker of this checkout",
     )  # fmt: skip
     parser.add_argument(
-        "--rounds", type=kit.positive_int, default=1, help="alternating rounds (with --baseline)"
+        "--rounds", type=kit.positive_int, metavar="N", default=1, help="alternating rounds (with --baseline)"
     )
     parser.add_argument(
         "--profile", type=Path, metavar="DIR", help="write a cProfile of each streams worker into this folder"

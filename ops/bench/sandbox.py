@@ -58,18 +58,26 @@ TARGETS = {
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--rounds", type=kit.positive_int, default=15, help="rounds of docker run vs warm acquire+exec"
+        "--rounds",
+        type=kit.positive_int,
+        metavar="N",
+        default=15,
+        help="rounds of docker run vs warm acquire+exec",
     )
     parser.add_argument(
-        "--exec-rounds", type=kit.positive_int, default=60, help="rounds of raw vs trialog exec"
+        "--exec-rounds", type=kit.positive_int, metavar="N", default=60, help="rounds of raw vs trialog exec"
     )
     parser.add_argument(
-        "--snapshot-rounds", type=kit.positive_int, default=7, help="rounds per workspace size"
+        "--snapshot-rounds", type=kit.positive_int, metavar="N", default=7, help="rounds per workspace size"
     )
     parser.add_argument(
-        "--sustain-s", type=kit.positive_seconds, default=10.0, help="seconds of create+destroy per load"
+        "--sustain-s",
+        type=kit.positive_seconds,
+        metavar="S",
+        default=10.0,
+        help="seconds of create+destroy per load",
     )
-    parser.add_argument("--pool", type=kit.positive_int, default=3, help="warm pool size")
+    parser.add_argument("--pool", type=kit.positive_int, metavar="N", default=3, help="warm pool size")
     kit.add_record(parser, REPO_ROOT / "BENCHMARKS.md", "sandbox")
 
 

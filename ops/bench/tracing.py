@@ -27,8 +27,10 @@ MODES = ("off", "tracing on", "tracing + metrics on", "reference: 5 bare SDK spa
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--steps", type=kit.positive_int, default=5000, help="steps per round")
-    parser.add_argument("--rounds", type=kit.positive_int, default=7, help="interleaved rounds per mode")
+    parser.add_argument("--steps", type=kit.positive_int, metavar="N", default=5000, help="steps per round")
+    parser.add_argument(
+        "--rounds", type=kit.positive_int, metavar="N", default=7, help="interleaved rounds per mode"
+    )
     kit.add_record(parser, REPO_ROOT / "BENCHMARKS.md", "tracing")
 
 

@@ -40,8 +40,12 @@ def register(subparsers: kit.Subparsers) -> None:
             "trialog demo --minutes 2 --toy-count 8 --toy-variant shown --name quick --json",
         ),
     )
-    demo.add_argument("--minutes", type=kit.positive_float, default=10.0, help="training time budget")
-    demo.add_argument("--toy-count", type=kit.positive_int, default=16, help="toy tasks, a quarter held out")
+    demo.add_argument(
+        "--minutes", type=kit.positive_float, metavar="N", default=10.0, help="training time budget"
+    )
+    demo.add_argument(
+        "--toy-count", type=kit.positive_int, metavar="N", default=16, help="toy tasks, a quarter held out"
+    )
     demo.add_argument(
         "--toy-variant",
         choices=[variant.value for variant in Variant],
@@ -49,19 +53,37 @@ def register(subparsers: kit.Subparsers) -> None:
         help="toy tasks (actors/tasks/toy.py): blind names the function only; shown also shows the file, "
         "where SmolLM2 passes about half the time (see BENCHMARKS.md, learning)",
     )
-    demo.add_argument("--group-size", type=kit.positive_int, default=8, help="episodes per task per group")
-    demo.add_argument("--capacity", type=kit.positive_int, default=8, help="episodes in flight at once")
     demo.add_argument(
-        "--eval-per-task", type=kit.positive_int, default=3, help="evaluation episodes per held-out task"
+        "--group-size", type=kit.positive_int, metavar="N", default=8, help="episodes per task per group"
     )
-    demo.add_argument("--max-steps", type=kit.positive_int, default=3, help="actions per episode")
-    demo.add_argument("--max-new-tokens", type=kit.positive_int, default=48, help="tokens per reply")
     demo.add_argument(
-        "--lora-rank", type=kit.non_negative_int, default=8, help="LoRA rank; 0 trains every weight"
+        "--capacity", type=kit.positive_int, metavar="N", default=8, help="episodes in flight at once"
     )
-    demo.add_argument("--temperature", type=kit.positive_float, default=0.7, help="sampling temperature")
     demo.add_argument(
-        "--seed", type=kit.non_negative_int, default=0, help="seed of the task draw and sampling"
+        "--eval-per-task",
+        type=kit.positive_int,
+        metavar="N",
+        default=3,
+        help="evaluation episodes per held-out task",
+    )
+    demo.add_argument(
+        "--max-steps", type=kit.positive_int, metavar="N", default=3, help="actions per episode"
+    )
+    demo.add_argument(
+        "--max-new-tokens", type=kit.positive_int, metavar="N", default=48, help="tokens per reply"
+    )
+    demo.add_argument(
+        "--lora-rank",
+        type=kit.non_negative_int,
+        metavar="N",
+        default=8,
+        help="LoRA rank; 0 trains every weight",
+    )
+    demo.add_argument(
+        "--temperature", type=kit.positive_float, metavar="N", default=0.7, help="sampling temperature"
+    )
+    demo.add_argument(
+        "--seed", type=kit.non_negative_int, metavar="N", default=0, help="seed of the task draw and sampling"
     )
     demo.add_argument(
         "--name", type=kit.identifier, help="the demo's name, prefix of its runs (default: demo-<hex>)"

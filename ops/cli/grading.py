@@ -82,7 +82,7 @@ def add_validate(commands: kit.Subparsers) -> None:
         command.add_argument(
             "dirs", type=kit.existing_dir, nargs="+", metavar="DIR", help="task folders or folders of them"
         )
-        command.add_argument("--runs", type=kit.positive_int, default=3, help="runs per task")
+        command.add_argument("--runs", type=kit.positive_int, default=3, metavar="N", help="runs per task")
         command.add_argument(
             "--jobs",
             type=kit.positive_int,
@@ -92,11 +92,16 @@ def add_validate(commands: kit.Subparsers) -> None:
         kit.add_json(command, "print one JSON document: every task's verdict, or the problems found")
     publish.add_argument(
         "--run",
-        type=kit.identifier,
+        type=_run_prefix,
         default="",
         help="the run whose `tasks` topic to publish to ('' for none)",
     )
     kit.add_bootstrap(publish)
+
+
+def _run_prefix(text: str) -> str:
+    """'' (the topics without a prefix) or a run's id."""
+    return text and kit.identifier(text)
 
 
 @contextmanager

@@ -45,7 +45,16 @@ Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 class HelpFormatter(ArgumentDefaultsRichHelpFormatter, RawDescriptionRichHelpFormatter):
-    """Every option's default in its help line; the description and the examples kept as written."""
+    """Every option's default in its help line; the description and the examples kept as written. A
+    default that says nothing (None, False, an empty list: "not given") is left out, and so is one the
+    help already explains in words ("default: the local stack's broker")."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        says_nothing = action.default is None or action.default is False or action.default in ([], "")
+        if says_nothing or "default" in text:
+            return text
+        return super()._get_help_string(action)
 
 
 def new_parser(prog: str, description: str, examples: Sequence[str] = ()) -> argparse.ArgumentParser:
@@ -385,3 +394,11 @@ def report_error(prog: str, error: StackError, *, as_json: bool) -> int:
         print(json.dumps({"error": error.message, "hint": error.hint}))
     print(f"{prog}: {error}", file=sys.stderr)
     return EXIT_ERROR
+
+
+def size_text(size: int) -> str:
+    """`size` bytes the way `size` reads them back ("2g", "256m", "64k"), for defaults shown in --help."""
+    for unit, factor in (("t", 1 << 40), ("g", 1 << 30), ("m", 1 << 20), ("k", 1 << 10)):
+        if size >= factor and size % factor == 0:
+            return f"{size // factor}{unit}"
+    return str(size)

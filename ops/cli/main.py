@@ -158,7 +158,12 @@ def build_parser() -> argparse.ArgumentParser:
         handler=_cmd_bench, examples=("trialog bench codec", "trialog bench sandbox --help"),
     )  # fmt: skip
     bench.add_argument("bench_name", choices=sorted(BENCHMARKS), metavar="NAME", help=", ".join(BENCHMARKS))
-    bench.add_argument("bench_args", nargs=argparse.REMAINDER, help="options of that benchmark (--help)")
+    bench.add_argument(
+        "bench_args",
+        nargs=argparse.REMAINDER,
+        metavar="OPTION",
+        help="options of that benchmark (see its --help)",
+    )
     return parser
 
 

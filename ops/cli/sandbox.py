@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ops.cli import kit
-from sandbox_agent.limits import MIB, ExecLimits, Quotas, SandboxSpec
+from sandbox_agent.limits import ExecLimits, Quotas, SandboxSpec
 from streams.errors import StackError
 
 # `trialog` builds every command group's parser at start-up: what runs a sandbox is imported when it runs.
@@ -61,18 +61,19 @@ def _add_run(commands: kit.Subparsers) -> None:
         "--timeout", type=kit.positive_seconds, default=exec_defaults.timeout_s, metavar="S", help="wall time"
     )
     run.add_argument(
-        "--memory", type=kit.memory_size, default=defaults.memory_bytes, metavar="SIZE",
+        "--memory", type=kit.memory_size, default=kit.size_text(defaults.memory_bytes), metavar="SIZE",
         help="memory, in bytes or with a unit (also holds what is written to /workspace and /tmp)",
     )  # fmt: skip
     run.add_argument("--cpus", type=kit.positive_float, default=defaults.cpus, metavar="N", help="CPUs")
     run.add_argument("--pids", type=kit.positive_int, default=defaults.pids, metavar="N", help="processes")
     run.add_argument(
         "--disk", type=kit.size, metavar="SIZE",
-        help=f"size of /workspace and of /tmp, each (default: {defaults.workspace_bytes // MIB}m and "
-        f"{defaults.tmp_bytes // MIB}m)",
+        help=f"size of /workspace and of /tmp, each (default: {kit.size_text(defaults.workspace_bytes)} and "
+        f"{kit.size_text(defaults.tmp_bytes)})",
     )  # fmt: skip
     run.add_argument(
-        "--max-output", type=kit.non_negative_size, default=exec_defaults.output_bytes, metavar="SIZE",
+        "--max-output", type=kit.non_negative_size, metavar="SIZE",
+        default=kit.size_text(exec_defaults.output_bytes),
         help="bytes of stdout and of stderr kept, each (the rest is dropped and counted)",
     )  # fmt: skip
     run.add_argument(
@@ -86,7 +87,7 @@ def _add_run(commands: kit.Subparsers) -> None:
         "--label", type=kit.key_value, action="append", default=[], metavar="KEY=VALUE",
         help="extra container label (repeatable)",
     )  # fmt: skip
-    run.add_argument("argv", nargs="+", metavar="-- CMD [ARG...]", help="the command, after --")
+    run.add_argument("argv", nargs="+", metavar="CMD", help="the command and its arguments, after --")
 
 
 def _add_images(commands: kit.Subparsers) -> None:

@@ -80,7 +80,7 @@ def register(subparsers: kit.Subparsers) -> None:
         ),
     )
     _add_out(toy)
-    toy.add_argument("--count", type=kit.positive_int, default=16, help="how many tasks")
+    toy.add_argument("--count", type=kit.positive_int, metavar="N", default=16, help="how many tasks")
     toy.add_argument(
         "--holdout-every",
         type=_holdout_every,
