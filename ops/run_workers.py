@@ -119,5 +119,6 @@ class Workers:
 def validate_tasks(tasks: Sequence[Path]) -> None:
     argv = [sys.executable, "-m", "ops.cli", "tasks", "validate", *map(str, tasks), "--runs", "1"]
     say("validating the tasks (trialog tasks validate --runs 1)")
-    if subprocess.run(argv, cwd=REPO_ROOT, check=False).returncode != 0:
+    # Its verdict table is progress here: on stderr, so that a caller's `--json` stdout stays one document.
+    if subprocess.run(argv, cwd=REPO_ROOT, check=False, stdout=sys.stderr).returncode != 0:
         raise StackError("some tasks are not valid", "fix or remove them (trialog tasks validate)")

@@ -27,12 +27,19 @@ DEFAULT_TMP_BYTES = 256 * MIB
 
 
 def parse_size(text: str) -> int:
-    """Bytes from "1024", "64k", "512m", "1.5g", "2GiB" (binary units)."""
+    """Bytes from "1024", "64k", "512m", "1.5g", "2GiB" (binary units). A size that is not a whole number
+    of bytes ("0.3k") is refused rather than rounded: a quota must be what was asked for."""
     match = _SIZE.match(text)
     if match is None:
         raise ValueError(f"not a size: {text!r} (examples: 512m, 1g, 64KiB)")
     number, unit = match.groups()
-    return int(float(number) * _UNITS[unit.lower()])
+    whole, _, decimals = number.partition(".")
+    # Exact arithmetic: float would round "1.1g" to a figure nobody typed.
+    numerator = int(whole + decimals) * _UNITS[unit.lower()]
+    denominator: int = 10 ** len(decimals)
+    if numerator % denominator:
+        raise ValueError(f"not a size: {text!r} is not a whole number of bytes (use a smaller unit)")
+    return numerator // denominator
 
 
 @dataclass(frozen=True, slots=True)

@@ -240,9 +240,11 @@ class _Fields:
         text = self.optional_string(key)
         if text is not None:
             try:
-                parse_size(text)
+                size = parse_size(text)
             except ValueError as exc:
                 raise self._error(key, str(exc)) from None
+            if size == 0:
+                raise self._error(key, f"must be above 0 (got {text!r})")
         return text
 
     def optional_positive(self, key: str, kind: type[int] | type[float]) -> Any:
@@ -455,6 +457,80 @@ def find_tasks(root: Path) -> list[Path]:
         else:
             dirnames[:] = sorted(d for d in dirnames if d not in _IGNORED_DIRS and not d.startswith("."))
     return sorted(found)
+
+
+def find_task_folders(root: Path) -> tuple[list[Path], list[TaskError]]:
+    """Like `find_tasks`, but also every folder that is not a task and holds none, as a problem (a folder
+    whose task.toml is missing or misnamed must not be skipped in silence): `root` itself when nothing under
+    it is a task, else each subfolder of a folder of tasks that holds no task.toml at any depth."""
+    root = Path(root)
+    if not root.is_dir():
+        return [], [TaskError(root, "is not a folder")]
+    found, problems = _task_folders(root)
+    if not found and not problems:
+        problems = [
+            TaskError(root, f"holds no task ({TASK_FILE} is missing, here and in every folder below)")
+        ]
+    return found, problems
+
+
+def _task_folders(folder: Path) -> tuple[list[Path], list[TaskError]]:
+    if (folder / TASK_FILE).is_file():
+        return [folder], []
+    found: list[Path] = []
+    problems: list[TaskError] = []
+    for child in sorted(folder.iterdir()):
+        if (
+            child.is_symlink()
+            or not child.is_dir()
+            or child.name in _IGNORED_DIRS
+            or child.name.startswith(".")
+        ):
+            continue
+        below, wrong = _task_folders(child)
+        if not below:  # the folder at fault is the highest one without a task, not each folder inside it
+            wrong = [TaskError(child, f"is not a task: {TASK_FILE} is missing (and no folder below has one)")]
+        found += below
+        problems += wrong
+    return found, problems
+
+
+@dataclass(frozen=True)
+class TaskSurvey:
+    """Every task under some folders, loaded and statically checked, and every problem found: one pass
+    reports all of them, so that a task set is fixed in one round and not one error at a time."""
+
+    tasks: tuple[Task, ...]
+    problems: tuple[TaskError, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def survey_tasks(roots: Iterable[Path]) -> TaskSurvey:
+    """Load every task folder under `roots` (`find_task_folders`), collecting each problem instead of
+    stopping at the first: malformed tasks, folders that are not tasks, and ids used twice."""
+    tasks: list[Task] = []
+    problems: list[TaskError] = []
+    seen: dict[str, Path] = {}
+    for root in roots:
+        folders, wrong = find_task_folders(root)
+        problems += wrong
+        for folder in folders:
+            try:
+                task = load_task(folder)
+            except TaskError as exc:
+                problems.append(exc)
+                continue
+            if task.id in seen:
+                problems.append(
+                    TaskError(folder / TASK_FILE, f"id {task.id!r} is also used by {seen[task.id]}")
+                )
+                continue
+            seen[task.id] = folder
+            tasks.append(task)
+    return TaskSurvey(tuple(tasks), tuple(sorted(problems, key=lambda problem: str(problem.path))))
 
 
 def load_tasks(roots: Iterable[Path]) -> list[Task]:

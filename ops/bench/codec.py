@@ -25,6 +25,7 @@ import fastavro
 from fastavro import schemaless_reader, schemaless_writer
 
 from ops.bench.report import cpu_model, write_section
+from ops.cli import kit
 from schemas.actions import RunCommand, Submit, WriteFile
 from schemas.chain import digest
 from schemas.codec import MAGIC, Codec, default_codec
@@ -42,13 +43,16 @@ FOLD_TARGET = 100_000.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--rounds", type=int, default=15, help="interleaved measurement rounds (default 15)")
-    parser.add_argument("--events", type=int, default=5000, help="step events per codec batch (default 5000)")
-    parser.add_argument("--episodes", type=int, default=200, help="episodes in the fold batch (default 200)")
     parser.add_argument(
-        "--output", type=Path, default=REPO_ROOT / "BENCHMARKS.md", help="markdown file to update (## codec)"
+        "--rounds", type=kit.positive_int, metavar="N", default=15, help="interleaved measurement rounds"
     )
-    parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
+    parser.add_argument(
+        "--events", type=kit.positive_int, metavar="N", default=5000, help="step events per codec batch"
+    )
+    parser.add_argument(
+        "--episodes", type=kit.positive_int, metavar="N", default=200, help="episodes in the fold batch"
+    )
+    kit.add_record(parser, REPO_ROOT / "BENCHMARKS.md", "codec")
 
 
 # -- realistic data ------------------------------------------------------------------------------------
@@ -255,9 +259,9 @@ def run(args: argparse.Namespace) -> int:
             variant.measure()
     section = render(args, variants, event_size)
     print(section)
-    if not args.no_write:
-        write_section(args.output, section)
-        print(f"wrote {args.output}", file=sys.stderr)
+    if not args.no_record:
+        write_section(args.record, section)
+        print(f"wrote {args.record}", file=sys.stderr)
     return 0
 
 

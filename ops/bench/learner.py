@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ops.bench.report import cpu_model, memory_gib, write_section
+from ops.cli import kit
 from ops.console import say
 from ops.paths import REPO_ROOT
 from schemas.topics import TRAJECTORIES_COMPLETED
@@ -39,19 +40,42 @@ INSTRUCTION_WORDS = "Fix the function in calc.py so that the tests in tests/test
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--groups", type=int, default=3, help="groups for the throughput phase")
-    parser.add_argument("--idle-groups", type=int, default=3, help="groups for the idle-fraction phase")
-    parser.add_argument("--group-size", type=int, default=4, help="trajectories per group")
-    parser.add_argument("--turns", type=int, default=2, help="model turns per trajectory")
-    parser.add_argument("--prompt-tokens", type=int, default=256, help="prompt tokens per turn")
-    parser.add_argument("--lora-rank", type=int, default=8)
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    parser.add_argument("--rollout-tokens-per-s", type=float, default=15.0,
+    parser.add_argument(
+        "--groups", type=kit.positive_int, metavar="N", default=3, help="groups for the throughput phase"
+    )
+    parser.add_argument(
+        "--idle-groups",
+        type=kit.positive_int,
+        metavar="N",
+        default=3,
+        help="groups for the idle-fraction phase",
+    )
+    parser.add_argument(
+        "--group-size", type=kit.positive_int, metavar="N", default=4, help="trajectories per group"
+    )
+    parser.add_argument(
+        "--turns", type=kit.positive_int, metavar="N", default=2, help="model turns per trajectory"
+    )
+    parser.add_argument(
+        "--prompt-tokens", type=kit.positive_int, metavar="N", default=256, help="prompt tokens per turn"
+    )
+    parser.add_argument(
+        "--lora-rank", type=kit.non_negative_int, metavar="N", default=8, help="LoRA rank, 0 for every weight"
+    )
+    parser.add_argument(
+        "--threads",
+        type=kit.non_negative_int,
+        metavar="N",
+        default=0,
+        help="torch threads (0: torch's choice)",
+    )
+    parser.add_argument("--rollout-tokens-per-s", type=kit.positive_float, metavar="N", default=15.0,
                         help="the stand-in's sampling pace (SmolLM2 greedy on 2 cores: ~15)")  # fmt: skip
-    parser.add_argument("--model", type=Path, help="model folder (default: the prepared SmolLM2)")
-    parser.add_argument("--bootstrap", help="Kafka (default: the local stack's broker)")
-    parser.add_argument("--output", type=Path, default=REPO_ROOT / "BENCHMARKS.md")
-    parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
+    parser.add_argument(
+        "--model", type=kit.existing_dir, metavar="DIR", help="model folder (default: the prepared SmolLM2)"
+    )
+    kit.add_bootstrap(parser)
+    kit.add_record(parser, REPO_ROOT / "BENCHMARKS.md", "learner")
 
 
 @dataclass
@@ -88,9 +112,9 @@ def run(args: argparse.Namespace) -> int:
     load = (load_before, os.getloadavg()[0])
     section = _render(args, throughput, idle, torch.get_num_threads(), load)
     print(section)
-    if not args.no_write:
-        write_section(args.output, section)
-        say(f"wrote {args.output}")
+    if not args.no_record:
+        write_section(args.record, section)
+        say(f"wrote {args.record}")
     return 0
 
 

@@ -33,6 +33,7 @@ from typing import Any
 
 from actors.tasks.toy import Variant
 from ops.bench.report import cpu_model, memory_gib, write_section
+from ops.cli import kit
 from ops.paths import REPO_ROOT, Paths
 
 SECTION = "## learning"
@@ -87,52 +88,57 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     # The defaults are the settings of the run recorded in BENCHMARKS.md (the one that showed learning);
     # the earlier defaults, which showed none, were --steps 16 --tasks-per-step 1 --tasks 8
     # --eval-per-task 8 --lr 2e-4 --epochs 1 --lora-targets q_proj,v_proj.
-    parser.add_argument("--steps", type=int, default=12, help="GRPO steps (default 12)")
+    parser.add_argument("--steps", type=kit.positive_int, metavar="N", default=12, help="GRPO steps")
     parser.add_argument(
         "--variant",
         choices=[variant.value for variant in Variant],
         default="blind",
-        help="toy variant (actors.tasks.toy): blind (the default) names the function only, shown also "
-        "shows the file",
-    )
-    parser.add_argument("--tasks-per-step", type=int, default=2, help="groups per step (default 2)")
-    parser.add_argument(
-        "--epochs", type=int, default=2, help="PPO passes over each step's samples (default 2)"
+        help="toy variant (actors.tasks.toy): blind names the function only, shown also shows the file",
     )
     parser.add_argument(
-        "--lora-targets",
-        default=LORA_TARGETS,
-        help=f"comma-separated linear layers LoRA adapts (default {LORA_TARGETS})",
+        "--tasks-per-step", type=kit.positive_int, metavar="N", default=2, help="groups per step"
     )
-    parser.add_argument("--group", type=int, default=8, help="replies per task and step (default 8)")
-    parser.add_argument("--tasks", type=int, default=16, help="toy tasks, a quarter held out (default 16)")
     parser.add_argument(
-        "--eval-per-task", type=int, default=16, help="held-out samples per task (default 16)"
+        "--epochs", type=kit.positive_int, metavar="N", default=2, help="PPO passes over each step's samples"
     )
-    parser.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate (default 1e-3)")
-    parser.add_argument("--lora-rank", type=int, default=8, help="LoRA rank, 0 for every weight (default 8)")
-    parser.add_argument("--max-new-tokens", type=int, default=48, help="tokens per reply (default 48)")
+    parser.add_argument(
+        "--lora-targets", default=LORA_TARGETS, help="comma-separated linear layers LoRA adapts"
+    )
+    parser.add_argument(
+        "--group", type=kit.positive_int, metavar="N", default=8, help="replies per task and step"
+    )
+    parser.add_argument(
+        "--tasks", type=kit.positive_int, metavar="N", default=16, help="toy tasks, a quarter held out"
+    )
+    parser.add_argument(
+        "--eval-per-task", type=kit.positive_int, metavar="N", default=16, help="held-out samples per task"
+    )
+    parser.add_argument(
+        "--lr", type=kit.positive_float, metavar="N", default=1e-3, help="AdamW learning rate"
+    )
+    parser.add_argument(
+        "--lora-rank", type=kit.non_negative_int, metavar="N", default=8, help="LoRA rank, 0 for every weight"
+    )
+    parser.add_argument(
+        "--max-new-tokens", type=kit.positive_int, metavar="N", default=48, help="tokens per reply"
+    )
     parser.add_argument(
         "--temperature",
-        type=float,
+        type=kit.positive_float,
+        metavar="N",
         default=0.7,
-        help="sampling temperature, also the learner's (default 0.7)",
+        help="sampling temperature, also the learner's",
     )
     parser.add_argument(
         "--threads",
-        type=int,
+        type=kit.non_negative_int,
+        metavar="N",
         default=1,
-        help="torch threads, 0 for torch's choice (default 1: on 2 shared "
-        "cores one thread is faster than two spinning on each other)",
+        help="torch threads, 0 for torch's choice (1: on 2 shared cores one thread is faster than two "
+        "spinning on each other)",
     )
-    parser.add_argument(
-        "--output",
-        type=Path,
-        default=REPO_ROOT / "BENCHMARKS.md",
-        help="where to record (default BENCHMARKS.md)",
-    )
+    kit.add_record(parser, REPO_ROOT / "BENCHMARKS.md", "learning")
     parser.add_argument("--note", default="", help="a reading of the result, recorded as its own line")
-    parser.add_argument("--no-record", action="store_true", help="print only; leave BENCHMARKS.md alone")
 
 
 def _request(instruction: str, episode: str, seed: int, max_tokens: int, temperature: float) -> Any:
@@ -328,7 +334,7 @@ def run(args: argparse.Namespace) -> int:
     section = render(args, curve, before, after, time.monotonic() - started, [t.id for t in heldout])
     print(section)
     if not args.no_record:
-        write_section(args.output, section)
+        write_section(args.record, section)
     return 0
 
 

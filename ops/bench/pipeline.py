@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ops.bench.report import cpu_model, memory_gib, write_section
+from ops.cli import kit
 from ops.console import say
 from ops.paths import REPO_ROOT
 from schemas.topics import (
@@ -63,17 +64,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--episodes",
         type=_loads,
-        default=[60, 200, 400],
-        help="episodes all in flight at once: one measurement per count, comma-separated "
-        "(default: 60,200,400)",
+        default="60,200,400",
+        metavar="N[,N...]",
+        help="episodes all in flight at once: one measurement per count, comma-separated",
     )
-    parser.add_argument("--steps", type=int, default=8, help="run steps per episode before submit")
-    parser.add_argument("--bootstrap", help="Kafka (default: the local stack's broker)")
-    parser.add_argument("--output", type=Path, default=REPO_ROOT / "BENCHMARKS.md")
-    parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
-    parser.add_argument("--baseline", type=Path, help="also measure the streams worker of this checkout")
-    parser.add_argument("--rounds", type=int, default=1, help="alternating rounds (with --baseline)")
-    parser.add_argument("--profile", type=Path, help="write a cProfile of each streams worker here")
+    parser.add_argument(
+        "--steps", type=kit.positive_int, metavar="N", default=8, help="run steps per episode before submit"
+    )
+    kit.add_bootstrap(parser)
+    kit.add_record(parser, REPO_ROOT / "BENCHMARKS.md", "pipeline")
+    parser.add_argument(
+        "--baseline", type=kit.existing_dir, metavar="DIR",
+        help="also measure the streams worker of this checkout",
+    )  # fmt: skip
+    parser.add_argument(
+        "--rounds", type=kit.positive_int, metavar="N", default=1, help="alternating rounds (with --baseline)"
+    )
+    parser.add_argument(
+        "--profile", type=Path, metavar="DIR", help="write a cProfile of each streams worker into this folder"
+    )
 
 
 @dataclasses.dataclass
@@ -118,9 +127,9 @@ def run(args: argparse.Namespace) -> int:
                 say(f"{name}, {episodes} in flight: {result.steps / result.seconds:.0f} steps/s")
     section = _render(args, measures, checkouts)
     print(section)
-    if not args.no_write:
-        write_section(args.output, section)
-        say(f"wrote {args.output}")
+    if not args.no_record:
+        write_section(args.record, section)
+        say(f"wrote {args.record}")
     return 0
 
 

@@ -32,6 +32,7 @@ from typing import Any
 import docker
 
 from ops.bench.report import cpu_model, memory_gib, write_section
+from ops.cli import kit
 from ops.paths import Paths
 from ops.stack import docker_engine, images
 from sandbox_agent.backend import Sandbox
@@ -56,18 +57,28 @@ TARGETS = {
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--rounds", type=int, default=15, help="rounds of docker run vs warm acquire+exec")
-    parser.add_argument("--exec-rounds", type=int, default=60, help="rounds of raw vs trialog exec")
-    parser.add_argument("--snapshot-rounds", type=int, default=7, help="rounds per workspace size")
-    parser.add_argument("--sustain-s", type=float, default=10.0, help="seconds of create+destroy per load")
-    parser.add_argument("--pool", type=int, default=3, help="warm pool size")
     parser.add_argument(
-        "--output",
-        type=Path,
-        default=REPO_ROOT / "BENCHMARKS.md",
-        help="markdown file to update (## sandbox)",
+        "--rounds",
+        type=kit.positive_int,
+        metavar="N",
+        default=15,
+        help="rounds of docker run vs warm acquire+exec",
     )
-    parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
+    parser.add_argument(
+        "--exec-rounds", type=kit.positive_int, metavar="N", default=60, help="rounds of raw vs trialog exec"
+    )
+    parser.add_argument(
+        "--snapshot-rounds", type=kit.positive_int, metavar="N", default=7, help="rounds per workspace size"
+    )
+    parser.add_argument(
+        "--sustain-s",
+        type=kit.positive_seconds,
+        metavar="S",
+        default=10.0,
+        help="seconds of create+destroy per load",
+    )
+    parser.add_argument("--pool", type=kit.positive_int, metavar="N", default=3, help="warm pool size")
+    kit.add_record(parser, REPO_ROOT / "BENCHMARKS.md", "sandbox")
 
 
 # -- measuring ---------------------------------------------------------------------------------------
@@ -378,9 +389,9 @@ def run(args: argparse.Namespace) -> int:
     section = render(args, _machine(client), spec, samples)
     client.close()
     print(section)
-    if not args.no_write:
-        write_section(args.output, section)
-        print(f"wrote {args.output}", file=sys.stderr)
+    if not args.no_record:
+        write_section(args.record, section)
+        print(f"wrote {args.record}", file=sys.stderr)
     return 0
 
 

@@ -16,10 +16,10 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from types import SimpleNamespace
 
 from ops.bench.report import cpu_model, write_section
+from ops.cli import kit
 from ops.console import say
 from ops.paths import REPO_ROOT
 
@@ -27,10 +27,11 @@ MODES = ("off", "tracing on", "tracing + metrics on", "reference: 5 bare SDK spa
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--steps", type=int, default=5000, help="steps per round")
-    parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds per mode")
-    parser.add_argument("--output", type=Path, default=REPO_ROOT / "BENCHMARKS.md")
-    parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
+    parser.add_argument("--steps", type=kit.positive_int, metavar="N", default=5000, help="steps per round")
+    parser.add_argument(
+        "--rounds", type=kit.positive_int, metavar="N", default=7, help="interleaved rounds per mode"
+    )
+    kit.add_record(parser, REPO_ROOT / "BENCHMARKS.md", "tracing")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,9 +41,9 @@ def run(args: argparse.Namespace) -> int:
             per_mode[mode].append(_round(mode, args.steps))
     section = _render(args, per_mode)
     print(section)
-    if not args.no_write:
-        write_section(args.output, section)
-        say(f"wrote {args.output}")
+    if not args.no_record:
+        write_section(args.record, section)
+        say(f"wrote {args.record}")
     return 0
 
 

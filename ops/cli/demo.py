@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from actors.tasks.toy import Variant
+from ops.cli import kit
 from ops.paths import REPO_ROOT, Paths
 
 if TYPE_CHECKING:
@@ -27,33 +28,71 @@ if TYPE_CHECKING:
     from ops.demo.run import DemoSettings
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    text = (
-        "the main job: a short training run on the local stack, evaluated before and after on held-out tasks"
+def register(subparsers: kit.Subparsers) -> None:
+    demo = kit.command(
+        subparsers,
+        "demo",
+        "the main job: a short training run on the local stack, evaluated before and after on held-out tasks",
+        description=__doc__,
+        handler=_cmd_demo,
+        examples=(
+            "trialog demo --minutes 10",
+            "trialog demo --minutes 2 --toy-count 8 --toy-variant shown --name quick --json",
+        ),
     )
-    demo = subparsers.add_parser("demo", help=text, description=__doc__)
-    demo.add_argument("--minutes", type=float, default=10.0, help="training time budget (default 10)")
-    demo.add_argument("--toy-count", type=int, default=16, help="toy tasks, a quarter held out (default 16)")
+    demo.add_argument(
+        "--minutes", type=kit.positive_float, metavar="N", default=10.0, help="training time budget"
+    )
+    demo.add_argument(
+        "--toy-count", type=kit.positive_int, metavar="N", default=16, help="toy tasks, a quarter held out"
+    )
     demo.add_argument(
         "--toy-variant",
         choices=[variant.value for variant in Variant],
         default="blind",
-        help="toy tasks (actors/tasks/toy.py): blind names the function only (default); shown also shows "
-        "the file, where SmolLM2 passes about half the time (see BENCHMARKS.md, learning)",
+        help="toy tasks (actors/tasks/toy.py): blind names the function only; shown also shows the file, "
+        "where SmolLM2 passes about half the time (see BENCHMARKS.md, learning)",
     )
-    demo.add_argument("--group-size", type=int, default=8, help="episodes per task per group (default 8)")
-    demo.add_argument("--capacity", type=int, default=8, help="episodes in flight at once (default 8)")
     demo.add_argument(
-        "--eval-per-task", type=int, default=3, help="evaluation episodes per held-out task (default 3)"
+        "--group-size", type=kit.positive_int, metavar="N", default=8, help="episodes per task per group"
     )
-    demo.add_argument("--max-steps", type=int, default=3, help="actions per episode (default 3)")
-    demo.add_argument("--max-new-tokens", type=int, default=48, help="tokens per reply (default 48)")
-    demo.add_argument("--lora-rank", type=int, default=8, help="LoRA rank; 0 trains every weight (default 8)")
-    demo.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (default 0.7)")
-    demo.add_argument("--seed", type=int, default=0, help="seed of the task draw and sampling (default 0)")
-    demo.add_argument("--name", help="the demo's name, prefix of its runs (default: demo-<hex>)")
-    demo.add_argument("--json", action="store_true", help="print the summary as one JSON object")
-    demo.set_defaults(handler=_cmd_demo)
+    demo.add_argument(
+        "--capacity", type=kit.positive_int, metavar="N", default=8, help="episodes in flight at once"
+    )
+    demo.add_argument(
+        "--eval-per-task",
+        type=kit.positive_int,
+        metavar="N",
+        default=3,
+        help="evaluation episodes per held-out task",
+    )
+    demo.add_argument(
+        "--max-steps", type=kit.positive_int, metavar="N", default=3, help="actions per episode"
+    )
+    demo.add_argument(
+        "--max-new-tokens", type=kit.positive_int, metavar="N", default=48, help="tokens per reply"
+    )
+    demo.add_argument(
+        "--lora-rank",
+        type=kit.non_negative_int,
+        metavar="N",
+        default=8,
+        help="LoRA rank; 0 trains every weight",
+    )
+    demo.add_argument(
+        "--temperature", type=kit.positive_float, metavar="N", default=0.7, help="sampling temperature"
+    )
+    demo.add_argument(
+        "--seed", type=kit.non_negative_int, metavar="N", default=0, help="seed of the task draw and sampling"
+    )
+    demo.add_argument(
+        "--name", type=kit.identifier, help="the demo's name, prefix of its runs (default: demo-<hex>)"
+    )
+    demo.add_argument(
+        "--out", type=Path, metavar="DIR",
+        help="folder for its tasks, demo.json and the run report (default: $TRIALOG_HOME/demo/NAME)",
+    )  # fmt: skip
+    kit.add_json(demo, "print the summary as one JSON document")
 
 
 def _say(text: str) -> None:
@@ -70,9 +109,10 @@ def _phase(name: str, timings: dict[str, float]) -> Iterator[None]:
 
 
 def settings_from_args(args: argparse.Namespace) -> DemoSettings:
+    """The demo's settings; every value was checked when the command line was parsed."""
     from ops.demo.run import DemoSettings
 
-    settings = DemoSettings(
+    return DemoSettings(
         name=args.name or f"demo-{uuid.uuid4().hex[:6]}",
         minutes=args.minutes,
         toy_count=args.toy_count,
@@ -86,12 +126,6 @@ def settings_from_args(args: argparse.Namespace) -> DemoSettings:
         seed=args.seed,
         temperature=args.temperature,
     )
-    for name in ("toy_count", "group_size", "capacity", "eval_per_task", "max_steps", "max_new_tokens"):
-        if getattr(settings, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
-    if settings.minutes <= 0 or settings.lora_rank < 0 or settings.temperature <= 0:
-        raise ValueError("--minutes and --temperature must be positive and --lora-rank at least 0")
-    return settings
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -100,14 +134,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from ops.demo.summary import DemoSummary
     from ops.run_workers import validate_tasks
     from ops.stack.stack import StackConfig, up
-    from streams.errors import StackError
 
-    try:
-        settings = settings_from_args(args)
-    except ValueError as exc:
-        raise StackError(f"trialog demo: {exc}", "fix the options") from None
+    settings = settings_from_args(args)
     paths = Paths.from_env()
-    folder = paths.component("demo") / settings.name
+    folder: Path = args.out or paths.component("demo") / settings.name
     timings: dict[str, float] = {}
     config = StackConfig.load(paths)
     with _phase("local stack up", timings):

@@ -2,6 +2,10 @@
 
 Exit codes: verify 0 pass, 1 any other verdict, 2 could not grade; validate 0 all valid, 1 some not,
 2 error; publish 0 all published, 1 some not valid (not published), 2 error.
+
+`validate` and `publish` first load and check every task under the folders given, statically, and report
+every problem of every task at once (exit 2) before a sandbox is started: a task set is fixed in one round.
+What runs sandboxes or talks to Kafka is imported inside the handlers (every `--help` builds this parser).
 """
 
 from __future__ import annotations
@@ -10,60 +14,102 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from actors.tasks.spec import Task, TaskError, find_tasks, load_task
-from actors.tasks.validate import Admission, TaskValidation, Verifier, validate_all
-from actors.tasks.verify import Verification, print_human, task_quotas, verify
-from ops.paths import Paths
-from ops.progress import ProgressBar
-from ops.stack.images import sandbox_ref
-from sandbox_agent.limits import SandboxSpec
-from schemas.blobs import LocalObjectStore
+from ops.cli import kit
 from streams.errors import StackError
 
-EXIT_OK, EXIT_FOUND, EXIT_ERROR = 0, 1, 2
+if TYPE_CHECKING:
+    from actors.tasks.spec import Task, TaskError, TaskSurvey
+    from actors.tasks.validate import TaskValidation, Verifier
+    from actors.tasks.verify import Verification
+
+EXIT_OK, EXIT_FOUND, EXIT_ERROR = kit.EXIT_OK, kit.EXIT_FOUND, kit.EXIT_ERROR
 VERIFY_LABEL = "dev.trialog.verify"
+TASKS_HINT = "fix or remove these tasks (each line names the file at fault), then run the command again"
 
 
-def register_verify(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    command = subparsers.add_parser(
+def register_verify(subparsers: kit.Subparsers) -> None:
+    command = kit.command(
+        subparsers,
         "verify",
-        help="grade a final workspace with a task's frozen tests in a fresh sandbox",
+        "grade a final workspace with a task's frozen tests in a fresh sandbox",
         description="Grade WORKSPACE (the agent's version of TASK's repo/) with the task's hidden, frozen "
         "tests in a fresh sandbox. Reward: tampered -1.0, build failed -0.5, all pass 1.0, else "
         "passed/total - 0.2. Exit code 0: pass; 1: any other verdict; 2: could not grade.",
+        handler=_cmd_verify,
+        examples=(
+            "trialog verify examples/tasks/easy-fix-add examples/tasks/easy-fix-add/repo",
+            "trialog verify examples/tasks/easy-fix-add WORKSPACE --json",
+        ),
     )
-    command.add_argument("task", type=Path, metavar="TASK", help="the task folder")
-    command.add_argument("workspace", type=Path, metavar="WORKSPACE", help="the folder to grade")
-    command.add_argument("--json", action="store_true", help="print one JSON object")
-    command.set_defaults(handler=_cmd_verify)
+    command.add_argument("task", type=kit.existing_dir, metavar="TASK", help="the task folder")
+    command.add_argument("workspace", type=kit.existing_dir, metavar="WORKSPACE", help="the folder to grade")
+    kit.add_json(command, "print one JSON object (the verdict, reward, tests)")
 
 
-def add_validate(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    for name, handler, text in (
-        ("validate", _cmd_validate, "admit tasks only if solvable, not already solved, and stable"),
-        ("publish", _cmd_publish, "validate tasks, then put the valid ones on the compacted `tasks` topic"),
-    ):
-        command = commands.add_parser(name, help=text, description=f"{text[0].upper()}{text[1:]}.")
+def add_validate(commands: kit.Subparsers) -> None:
+    validate = kit.command(
+        commands,
+        "validate",
+        "admit tasks only if solvable, not already solved, and stable",
+        description="Admit tasks only if they are well-formed, solvable (the reference solution passes), "
+        "not already solved (repo/ as given fails) and stable (the same verdicts every run). Every task is "
+        "first checked statically: all problems are reported at once, before any sandbox starts. "
+        "Exit code 0: all valid; 1: some not; 2: malformed tasks or no sandbox engine.",
+        handler=_cmd_validate,
+        examples=(
+            "trialog tasks validate examples/tasks",
+            "trialog tasks validate examples/tasks/easy-fix-add --runs 1 --json",
+        ),
+    )
+    publish = kit.command(
+        commands,
+        "publish",
+        "validate tasks, then put the valid ones on the compacted `tasks` topic",
+        description="Validate tasks (as `trialog tasks validate` does), then put the valid ones on the "
+        "compacted `tasks` topic. Exit code 0: all published; 1: some not valid (not published); 2: error.",
+        handler=_cmd_publish,
+        examples=(
+            "trialog tasks publish examples/tasks",
+            "trialog tasks publish examples/tasks --run my-run --runs 1",
+        ),
+    )
+    for command in (validate, publish):
         command.add_argument(
-            "dirs", type=Path, nargs="+", metavar="DIR", help="task folders or folders of them"
+            "dirs", type=kit.existing_dir, nargs="+", metavar="DIR", help="task folders or folders of them"
         )
-        command.add_argument("--runs", type=int, default=3, help="runs per task (default 3)")
+        command.add_argument("--runs", type=kit.positive_int, default=3, metavar="N", help="runs per task")
         command.add_argument(
-            "--jobs", type=int, default=min(4, os.cpu_count() or 1), help="tasks validated at once"
+            "--jobs",
+            type=kit.positive_int,
+            default=min(4, os.cpu_count() or 1),
+            help="tasks validated at once",
         )
-        command.add_argument("--json", action="store_true", help="one JSON object per task, one per line")
-        if name == "publish":
-            command.add_argument("--run", default="", help="run prefix of the topic (default: none)")
-        command.set_defaults(handler=handler)
+        kit.add_json(command, "print one JSON document: every task's verdict, or the problems found")
+    publish.add_argument(
+        "--run",
+        type=_run_prefix,
+        default="",
+        help="the run whose `tasks` topic to publish to ('' for none)",
+    )
+    kit.add_bootstrap(publish)
+
+
+def _run_prefix(text: str) -> str:
+    """'' (the topics without a prefix) or a run's id."""
+    return text and kit.identifier(text)
 
 
 @contextmanager
 def _sandbox_verifier() -> Iterator[Verifier]:
+    from actors.tasks.verify import task_quotas, verify
+    from ops.paths import Paths
     from ops.stack.sandboxes import default_image, stack_backend
+    from sandbox_agent.limits import SandboxSpec
 
     with stack_backend(Paths.from_env(), labels={VERIFY_LABEL: "1"}) as backend:
 
@@ -75,42 +121,56 @@ def _sandbox_verifier() -> Iterator[Verifier]:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
+    from actors.tasks.spec import TaskError, load_task
+    from actors.tasks.verify import print_human
+
     try:
         task = load_task(args.task)
-        if not args.workspace.is_dir():
-            raise TaskError(args.workspace, "is not a folder")
-        with _sandbox_verifier() as run:
-            result = run(task, args.workspace)
-    except (TaskError, StackError) as exc:
-        print(f"trialog verify: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+    except TaskError as exc:
+        return report_malformed("trialog verify", [exc], as_json=args.json)
+    with _sandbox_verifier() as run:
+        result = run(task, args.workspace)
     print(json.dumps(result.to_json()) if args.json else print_human(result))
     return EXIT_OK if result.grade.verdict.value == "pass" else EXIT_FOUND
 
 
-def _validate(args: argparse.Namespace, command: str) -> list[TaskValidation] | None:
-    if args.runs < 1:
-        print(f"trialog tasks {command}: --runs must be at least 1", file=sys.stderr)
-        return None
-    try:
-        folders = [folder for root in args.dirs for folder in find_tasks(root)]
-    except TaskError as exc:
-        print(f"trialog tasks {command}: {exc}", file=sys.stderr)
-        return None
-    label = f"validating {len(folders)} tasks x {args.runs} runs"
-    with ProgressBar(len(folders), label, quiet=args.json) as progress:
+def report_malformed(prog: str, problems: Sequence[TaskError], *, as_json: bool) -> int:
+    """Every problem, one line each on stderr (with `--json`: one object on stdout too); exit code 2."""
+    count = len(problems)
+    message = f"{count} problem{'s' if count != 1 else ''} in the tasks; nothing was run"
+    if as_json:
+        listed = [{"path": str(problem.path), "problem": problem.problem} for problem in problems]
+        print(json.dumps({"error": message, "hint": TASKS_HINT, "problems": listed}, indent=2))
+    for problem in problems:
+        print(f"{prog}: {problem}", file=sys.stderr)
+    print(f"{prog}: {message}\n  hint: {TASKS_HINT}", file=sys.stderr)
+    return EXIT_ERROR
+
+
+def _survey(args: argparse.Namespace, prog: str) -> TaskSurvey | int:
+    """Every task under `args.dirs`, checked statically; or, when any is malformed, the exit code after
+    reporting all of them."""
+    from actors.tasks.spec import survey_tasks
+
+    found = survey_tasks(args.dirs)
+    if not found.ok:
+        return report_malformed(prog, found.problems, as_json=args.json)
+    return found
+
+
+def _validate(args: argparse.Namespace, tasks: Sequence[Task]) -> list[TaskValidation]:
+    from actors.tasks.validate import validate_all
+    from ops.progress import ProgressBar
+
+    label = f"validating {len(tasks)} tasks x {args.runs} runs"
+    with ProgressBar(len(tasks), label, quiet=args.json) as progress:
 
         def done(result: TaskValidation) -> None:
             progress.advance(f"{result.task_id or result.path}: {result.verdict.value}")
-            if args.json:
-                print(json.dumps(result.to_json()), flush=True)
 
-        try:
-            with _sandbox_verifier() as run:
-                results = validate_all(folders, run, runs=args.runs, jobs=args.jobs, on_done=done)
-        except StackError as exc:
-            print(f"trialog tasks {command}: {exc}", file=sys.stderr)
-            return None
+        with _sandbox_verifier() as run:
+            folders = [task.root for task in tasks]
+            results = validate_all(folders, run, runs=args.runs, jobs=args.jobs, on_done=done)
     if not args.json:
         for result in results:
             why = f"  ({'; '.join(result.reasons)})" if result.reasons else ""
@@ -118,31 +178,47 @@ def _validate(args: argparse.Namespace, command: str) -> list[TaskValidation] | 
     return results
 
 
+def _summary(results: Sequence[TaskValidation], **more: Any) -> str:
+    from actors.tasks.validate import Admission
+
+    valid = sum(result.verdict is Admission.VALID for result in results)
+    document = {"valid": valid, "total": len(results), **more, "tasks": [r.to_json() for r in results]}
+    return json.dumps(document, indent=2)
+
+
 def _cmd_validate(args: argparse.Namespace) -> int:
-    results = _validate(args, "validate")
-    if results is None:
-        return EXIT_ERROR
+    from actors.tasks.validate import Admission
+
+    found = _survey(args, "trialog tasks validate")
+    if isinstance(found, int):
+        return found
+    results = _validate(args, found.tasks)
+    if args.json:
+        print(_summary(results))
     return EXIT_OK if all(r.verdict is Admission.VALID for r in results) else EXIT_FOUND
 
 
 def _cmd_publish(args: argparse.Namespace) -> int:
     from actors.tasks.publish import publish_tasks
-    from ops.stack.stack import StackConfig
+    from actors.tasks.validate import Admission
+    from ops.paths import Paths
+    from ops.stack.images import sandbox_ref
+    from schemas.blobs import LocalObjectStore
 
-    results = _validate(args, "publish")
-    if results is None:
-        return EXIT_ERROR
+    found = _survey(args, "trialog tasks publish")
+    if isinstance(found, int):
+        return found
+    # Before minutes of validation: a publish that cannot reach Kafka says so at once.
+    bootstrap = kit.require_kafka(kit.bootstrap_of(args))
+    results = _validate(args, found.tasks)
     valid = [Path(r.path) for r in results if r.verdict is Admission.VALID]
     try:
         published = publish_tasks(
-            valid,
-            StackConfig.load().kafka.bootstrap,
-            LocalObjectStore(Paths.from_env().objects),
-            str(sandbox_ref()),
-            run=args.run,
+            valid, bootstrap, LocalObjectStore(Paths.from_env().objects), str(sandbox_ref()), run=args.run
         )
     except StackError as exc:
-        print(f"trialog tasks publish: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+        return kit.report_error("trialog tasks publish", exc, as_json=args.json)
+    if args.json:
+        print(_summary(results, published=len(published)))
     print(f"published {len(published)} of {len(results)} tasks", file=sys.stderr)
     return EXIT_OK if len(published) == len(results) else EXIT_FOUND

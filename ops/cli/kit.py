@@ -14,10 +14,13 @@ the functions that need them.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
+import re
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -45,20 +48,21 @@ Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 class HelpFormatter(ArgumentDefaultsRichHelpFormatter, RawDescriptionRichHelpFormatter):
-    """Every option's default in its help line; the description and the examples kept as written."""
+    """Every option's default in its help line; the description and the examples kept as written. A
+    default that says nothing (None, False, an empty list: "not given") is left out, and so is one the
+    help already explains in words ("default: the local stack's broker")."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
-        # No "(default: None)", "(default: False)" or "(default: [])" (an unset option, a flag, a repeatable
-        # one), and no second default where the help says what an unset one means ("default: the stack's").
-        unset = action.default is None or action.default is False or action.default in ("", [])
-        if unset or "(default" in (action.help or ""):
-            return action.help
+        text = action.help or ""
+        says_nothing = action.default is None or action.default is False or action.default in ([], "")
+        if says_nothing or "default" in text:
+            return text
         return super()._get_help_string(action)
 
 
 def new_parser(prog: str, description: str, examples: Sequence[str] = ()) -> argparse.ArgumentParser:
     """A top-level parser with the house formatter, no abbreviations and an Examples section."""
-    return argparse.ArgumentParser(
+    return ArgumentParser(
         prog=prog,
         description=description,
         epilog=_examples(examples),
@@ -88,7 +92,8 @@ def command(
         allow_abbrev=False,
     )
     if handler is not None:
-        parser.set_defaults(handler=handler)
+        # `command_prog`: the full command ("trialog tasks validate") that errors are reported under.
+        parser.set_defaults(handler=handler, command_prog=parser.prog)
     return parser
 
 
@@ -273,11 +278,11 @@ def worker_logging() -> None:
     logging.getLogger("kafka").setLevel(logging.WARNING)
 
 
-# -- more values and options (the run, audit and worker commands) -----------------------------------------
+# -- more values, and usage errors that a `--json` caller can read ------------------------------------------
 
 
 def positive_float(text: str) -> float:
-    """A finite number above 0 (a learning rate, a scale)."""
+    """A finite number above 0 (cpus, a temperature, minutes): `nan`, `inf`, 0 and negatives are refused."""
     value = _parsed(float, text, "a number")
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"must be a finite number above 0, not {text}")
@@ -323,3 +328,123 @@ def telemetry_of(args: argparse.Namespace, service: str) -> TelemetryConfig:
     from ops.telemetry import config
 
     return config.resolve(service, args.otlp_endpoint, args.metrics_port)
+
+
+def size(text: str) -> int:
+    """A size above 0 in bytes, with a binary unit ("512m", "1g", "64KiB"). The one parser of sizes
+    (`sandbox_agent.limits.parse_size`, also used for task.toml's [limits]); never rounded."""
+    value = _size(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be above 0 bytes, not {text}")
+    return value
+
+
+def non_negative_size(text: str) -> int:
+    """A size in bytes that may be 0 (a cap on kept output: 0 keeps none)."""
+    return _size(text)
+
+
+def memory_size(text: str) -> int:
+    """A sandbox's memory: a size no smaller than what Docker and the sandbox's init process need."""
+    from sandbox_agent.limits import MIB, MIN_MEMORY_BYTES
+
+    value = _size(text)
+    if value < MIN_MEMORY_BYTES:
+        raise argparse.ArgumentTypeError(f"must be at least {MIN_MEMORY_BYTES // MIB}m, not {text}")
+    return value
+
+
+def _size(text: str) -> int:
+    from sandbox_agent.limits import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def existing_file(text: str) -> Path:
+    path = Path(text)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"{text} is not a file")
+    return path
+
+
+def key_value(text: str) -> tuple[str, str]:
+    """`KEY=VALUE` (the value may hold '=' and may be empty; the key may not)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, not {text!r}")
+    return key, value
+
+
+def identifier(text: str) -> str:
+    """A name that becomes part of topic names, folders and labels (a run, a demo): Kafka's topic
+    characters only, so that a bad one is refused here and not by the broker minutes later."""
+    if not _NAME.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"expected letters, digits, '.', '_' or '-' (at most 100, starting with a letter or digit), "
+            f"not {text!r}"
+        )
+    return text
+
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+class UsageError(SystemExit):
+    """A command line argparse refused. Still a `SystemExit(2)` (and the usage and message are on stderr,
+    as argparse prints them), so that code which expects argparse's exit keeps working; `trialog` catches
+    it to also answer `--json` with one JSON object on stdout."""
+
+    def __init__(self, prog: str, message: str) -> None:
+        super().__init__(EXIT_ERROR)
+        self.prog = prog
+        self.message = message
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser whose usage errors are `UsageError`s; subparsers inherit the class."""
+
+    def error(self, message: str) -> Any:  # argparse declares NoReturn
+        self.print_usage(sys.stderr)
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise UsageError(self.prog, message)
+
+
+def wants_json(argv: Sequence[str]) -> bool:
+    """Whether `--json` is among the options of a command line (not among the words after `--`, which
+    belong to the command that `sandbox run` runs)."""
+    words = list(argv)
+    options = words[: words.index("--")] if "--" in words else words
+    return "--json" in options
+
+
+def add_record(parser: argparse.ArgumentParser, default: Path, section: str) -> None:
+    """A benchmark's `--record FILE` (the markdown file whose `## section` it rewrites) and
+    `--no-record`: the same two options on every benchmark."""
+    parser.add_argument(
+        "--record",
+        type=Path,
+        default=default,
+        metavar="FILE",
+        help=f"markdown file whose ## {section} to update",
+    )
+    parser.add_argument("--no-record", action="store_true", help=f"print only; leave {default.name} alone")
+
+
+def report_error(prog: str, error: StackError, *, as_json: bool) -> int:
+    """Say why `prog` could not do its job: on stderr, and with `--json` also as one object on stdout
+    (`{"error", "hint"}`), so that a caller parsing stdout is never left with nothing. Returns exit code 2."""
+    if as_json:
+        print(json.dumps({"error": error.message, "hint": error.hint}))
+    print(f"{prog}: {error}", file=sys.stderr)
+    return EXIT_ERROR
+
+
+def size_text(size: int) -> str:
+    """`size` bytes the way `size` reads them back ("2g", "256m", "64k"), for defaults shown in --help."""
+    for unit, factor in (("t", 1 << 40), ("g", 1 << 30), ("m", 1 << 20), ("k", 1 << 10)):
+        if size >= factor and size % factor == 0:
+            return f"{size // factor}{unit}"
+    return str(size)

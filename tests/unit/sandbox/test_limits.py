@@ -37,3 +37,9 @@ def test_a_request_s_limits_become_quotas() -> None:
     )
     big = Quotas.from_resource_limits(ResourceLimits(disk_mb=4096))
     assert big.workspace_bytes == 4 * GIB and big.tmp_bytes == Quotas().tmp_bytes
+
+
+@pytest.mark.parametrize("text", ["0.3k", "1.1g", "0.5b"])
+def test_a_size_that_is_not_whole_bytes_is_refused_not_rounded(text: str) -> None:
+    with pytest.raises(ValueError, match="whole number of bytes"):
+        parse_size(text)

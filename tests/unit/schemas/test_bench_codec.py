@@ -11,7 +11,7 @@ from ops.bench import codec as bench
 def _args(output: Path) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     bench.add_arguments(parser)
-    return parser.parse_args(["--rounds", "1", "--events", "20", "--episodes", "3", "--output", str(output)])
+    return parser.parse_args(["--rounds", "1", "--events", "20", "--episodes", "3", "--record", str(output)])
 
 
 def test_bench_writes_a_codec_section_with_all_figures(tmp_path: Path, capsys: object) -> None:

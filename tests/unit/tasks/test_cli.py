@@ -66,14 +66,13 @@ def test_decontaminate_malformed_task_is_an_error(tmp_path: Path, capsys: pytest
     )
     err = capsys.readouterr().err
     assert "trialog tasks decontaminate:" in err and "solution.patch: is missing" in err
-    assert (
-        run("tasks", "decontaminate", "--train", str(tmp_path / "eval"), "--eval", "x", "--ngram", "0") == 2
-    )
+    with pytest.raises(SystemExit) as exited:
+        run("tasks", "decontaminate", "--train", str(tmp_path / "eval"), "--eval", "x", "--ngram", "0")
+    assert exited.value.code == 2
 
 
 def test_import_humaneval_errors_are_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert (
-        run("tasks", "import", "humaneval", str(tmp_path / "out"), "--source", str(tmp_path / "none.whl"))
-        == 2
-    )
+    bad = tmp_path / "none.whl"
+    bad.write_bytes(b"not a wheel")
+    assert run("tasks", "import", "humaneval", "--out", str(tmp_path / "out"), "--source", str(bad)) == 2
     assert "cannot read HumanEval data" in capsys.readouterr().err

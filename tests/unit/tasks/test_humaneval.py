@@ -26,7 +26,7 @@ SAMPLE = (0, 10, 32, 38, 50, 53, 81, 107, 129, 163)
 @pytest.fixture(scope="module")
 def imported(humaneval_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> list[Task]:
     out = tmp_path_factory.mktemp("humaneval")
-    assert run("tasks", "import", "humaneval", str(out), "--source", str(humaneval_wheel)) == 0
+    assert run("tasks", "import", "humaneval", "--out", str(out), "--source", str(humaneval_wheel)) == 0
     return load_tasks([out])
 
 

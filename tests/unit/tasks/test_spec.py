@@ -276,3 +276,28 @@ def test_bad_limits_name_the_field(tmp_path: Path, limits: dict[str, object], pr
     data = {"id": "t", "instruction": "do it", "timeout_s": 10, "limits": limits}
     with pytest.raises(TaskError, match=problem):
         parse_spec(data, tmp_path / "task.toml")
+
+
+def test_a_survey_reports_every_problem_and_every_folder_that_is_not_a_task(tmp_path: Path) -> None:
+    from actors.tasks.spec import find_task_folders, survey_tasks
+
+    make_task(tmp_path / "set" / "a", task_id="a")
+    make_task(tmp_path / "set" / "deeper" / "b", task_id="b")
+    make_task(tmp_path / "set" / "twin", task_id="a")  # an id used twice
+    (make_task(tmp_path / "set" / "broken", task_id="broken") / "tests" / "test_calc.py").unlink()
+    (tmp_path / "set" / "stray" / "inside").mkdir(parents=True)  # no task.toml anywhere below
+    (tmp_path / "set" / ".hidden").mkdir()  # dot folders and caches are not task folders: ignored
+    (tmp_path / "set" / "__pycache__").mkdir()
+    (tmp_path / "empty").mkdir()
+
+    survey = survey_tasks([tmp_path / "set", tmp_path / "empty"])
+    assert [task.id for task in survey.tasks] == ["a", "b"] and not survey.ok
+    problems = {str(problem.path.relative_to(tmp_path)): problem.problem for problem in survey.problems}
+    assert set(problems) == {"empty", "set/broken/tests", "set/stray", "set/twin/task.toml"}
+    assert "is also used by" in problems["set/twin/task.toml"]
+    assert "task.toml is missing" in problems["set/stray"] and "holds no task" in problems["empty"]
+    # `find_tasks` keeps its quiet walk (workers take whatever tasks a folder holds).
+    assert find_tasks(tmp_path / "set") == sorted(
+        tmp_path / "set" / name for name in ("a", "broken", "deeper/b", "twin")
+    )
+    assert find_task_folders(tmp_path / "nope")[1][0].problem == "is not a folder"

@@ -19,7 +19,7 @@ def _verdict(task: Task, tree: Path) -> Verdict:
 
 
 def test_the_cli_splits_train_and_heldout(tmp_path: Path) -> None:
-    assert run("tasks", "import", "toy", str(tmp_path), "--count", "8", "--holdout-every", "4") == 0
+    assert run("tasks", "import", "toy", "--out", str(tmp_path), "--count", "8", "--holdout-every", "4") == 0
     train, heldout = load_tasks([tmp_path / "train"]), load_tasks([tmp_path / "heldout"])
     assert [t.id for t in heldout] == ["toy-003", "toy-007"]
     assert [t.id for t in train] == ["toy-000", "toy-001", "toy-002", "toy-004", "toy-005", "toy-006"]
@@ -48,10 +48,10 @@ def test_imports_are_deterministic(tmp_path: Path) -> None:
 def test_bad_arguments_are_refused(tmp_path: Path, count: int, every: int) -> None:
     with pytest.raises(ValueError, match="must be"):
         import_toy(tmp_path, count=count, holdout_every=every)
-    assert (
-        run("tasks", "import", "toy", str(tmp_path), "--count", str(count), "--holdout-every", str(every))
-        == 2
-    )
+    argv = ["tasks", "import", "toy", "--out", str(tmp_path), "--count", str(count)]
+    with pytest.raises(SystemExit) as exited:  # refused by the parser, before anything is written
+        run(*argv, "--holdout-every", str(every))
+    assert exited.value.code == 2
 
 
 def test_the_shown_variant_differs_only_in_its_instruction_which_shows_the_file_as_given() -> None:
@@ -75,6 +75,6 @@ def test_the_shown_instruction_names_one_python_file_so_an_unnamed_block_writes_
 
 
 def test_the_cli_writes_the_variant_it_is_asked_for(tmp_path: Path) -> None:
-    assert run("tasks", "import", "toy", str(tmp_path), "--count", "4", "--variant", "shown") == 0
+    assert run("tasks", "import", "toy", "--out", str(tmp_path), "--count", "4", "--variant", "shown") == 0
     assert [t.id for t in load_tasks([tmp_path / "train"])] == ["toys-000", "toys-001", "toys-002"]
     assert [t.id for t in load_tasks([tmp_path / "heldout"])] == ["toys-003"]
