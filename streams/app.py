@@ -258,10 +258,6 @@ def tune_fetcher(app: Any) -> bool:
 
 
 def run_worker(settings: Settings) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    logging.getLogger("faust").setLevel(logging.WARNING)
-    logging.getLogger("aiokafka").setLevel(logging.WARNING)
-    logging.getLogger("kafka").setLevel(logging.WARNING)
     from streams.profiling import profile_from_env
 
     profile_from_env()

@@ -23,7 +23,6 @@ import hashlib
 import math
 import os
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -34,6 +33,7 @@ from typing import Any
 from actors.tasks.toy import Variant
 from ops.bench.report import cpu_model, memory_gib, write_section
 from ops.cli import kit
+from ops.console import say
 from ops.paths import REPO_ROOT, Paths
 
 SECTION = "## learning"
@@ -283,9 +283,9 @@ def run(args: argparse.Namespace) -> int:
             return float(verify(task, workspace, backend, spec).grade.reward)
 
         grader = Grader(graded, Path(scratch) / "work")
-        _say(f"evaluating v0 on {len(heldout)} held-out tasks x {args.eval_per_task}")
+        say(f"evaluating v0 on {len(heldout)} held-out tasks x {args.eval_per_task}")
         before = evaluate(policy, grader, heldout, args)
-        _say(f"held-out pass rate before: {before}")
+        say(f"held-out pass rate before: {before}")
         curve: list[StepResult] = []
         settings = TrainSettings(temperature=args.temperature)
         for step in range(args.steps):
@@ -323,14 +323,14 @@ def run(args: argparse.Namespace) -> int:
             )  # fmt: skip
             curve.append(result)
             clip = f", clipped {stats[-1].clip_fraction:.0%} in the last pass" if stats else ""
-            _say(
+            say(
                 f"step {step + 1}/{args.steps} {' '.join(result.tasks)}: passed {result.passed}/"
                 f"{len(rewards)}, wrote a file {result.wrote_file}/{len(rewards)}, trained on {trained} of "
                 f"{len(tasks)} groups{clip} [{result.seconds:.0f} s: sampling {sampled - began:.0f}, grading "
                 f"{graded_at - sampled:.0f}, training {began + result.seconds - graded_at:.0f}]"
             )
         after = evaluate(policy, grader, heldout, args)
-        _say(f"held-out pass rate after: {after}")
+        say(f"held-out pass rate after: {after}")
     section = render(args, curve, before, after, time.monotonic() - started, [t.id for t in heldout])
     print(section)
     if not args.no_record:
@@ -343,10 +343,6 @@ def _targets(text: str) -> tuple[str, ...]:
     if not targets:
         raise ValueError("--lora-targets names no layer")
     return targets
-
-
-def _say(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
 
 
 def render(

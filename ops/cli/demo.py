@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from actors.tasks.toy import Variant
 from ops.cli import kit
+from ops.console import say
 from ops.paths import REPO_ROOT, Paths
 
 if TYPE_CHECKING:
@@ -95,17 +96,13 @@ def register(subparsers: kit.Subparsers) -> None:
     kit.add_json(demo, "print the summary as one JSON document")
 
 
-def _say(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
-
-
 @contextmanager
 def _phase(name: str, timings: dict[str, float]) -> Iterator[None]:
-    _say(f"==> {name}")
+    say(f"==> {name}")
     started = time.monotonic()
     yield
     timings[name] = round(time.monotonic() - started, 1)
-    _say(f"==> {name}: {timings[name]} s")
+    say(f"==> {name}: {timings[name]} s")
 
 
 def settings_from_args(args: argparse.Namespace) -> DemoSettings:
@@ -151,18 +148,18 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     name = settings.name
     with _phase("evaluation of v0 on the held-out tasks", timings):
         before = evaluate(stage, f"{name}-eval-v0", tasks.heldout, version=0, versions_run=None)
-        _say(f"   {before.line()}")
+        say(f"   {before.line()}")
     with _phase(f"training for {settings.minutes:g} min", timings):
         training = train(stage, f"{name}-train", tasks.train)
-        _say(f"   published versions {training.versions or 'none'}")
+        say(f"   published versions {training.versions or 'none'}")
     last = training.versions[-1] if training.versions else 0
     with _phase(f"evaluation of v{last} on the held-out tasks", timings):
         after = evaluate(
             stage, f"{name}-eval-v{last}", tasks.heldout, version=last,
             versions_run=training.run if last else None,
         )  # fmt: skip
-        _say(f"   {after.line()}")
-    report = _report(training.run, folder / "report", _say)
+        say(f"   {after.line()}")
+    report = _report(training.run, folder / "report", say)
     summary = DemoSummary(
         before, training, after, timings, report=str(report or ""), traces=config.jaeger.query_url
     )

@@ -270,12 +270,14 @@ def stop_on_signals(stopping: threading.Event | None = None) -> Iterator[threadi
             signal.signal(signum, handler)
 
 
-def worker_logging() -> None:
-    """A worker process logs at INFO with times; kafka-python's own chatter only from WARNING."""
+def worker_logging(*quiet: str) -> None:
+    """A worker process logs at INFO with times; kafka-python's own chatter, and that of the `quiet`
+    libraries (e.g. Faust's), only from WARNING."""
     import logging
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("kafka").setLevel(logging.WARNING)
+    for name in ("kafka", *quiet):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 # -- more values, and usage errors that a `--json` caller can read ------------------------------------------

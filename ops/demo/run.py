@@ -20,6 +20,7 @@ from pathlib import Path
 from actors.scheduler.core import Target
 from actors.scheduler.status import RunStatus, read_status
 from actors.scheduler.worker import SchedulerProcess, SchedulerSettings
+from ops import console
 from ops.demo.summary import Evaluation, Training, evaluation
 from ops.paths import REPO_ROOT, Paths
 from ops.run_workers import Workers, worker_commands
@@ -66,10 +67,6 @@ class TaskSets:
     heldout: list[Path]
 
 
-def _say(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
-
-
 def assemble_tasks(folder: Path, settings: DemoSettings) -> TaskSets:
     """Toy tasks (train / held-out), one example task on each side, one HumanEval task for training."""
     from actors.tasks.humaneval import import_humaneval
@@ -96,7 +93,7 @@ class Stage:
     bootstrap: str
     model: Path
     settings: DemoSettings
-    say: Callable[[str], None] = _say
+    say: Callable[[str], None] = console.say
 
     def rollout_args(self, *, versions_run: str | None, pin: int | None) -> list[str]:
         args = ["--model", str(self.model), "--max-new-tokens", str(self.settings.max_new_tokens)]

@@ -71,4 +71,5 @@ def _cmd_worker_streams(args: argparse.Namespace) -> int:
         if not connected(bootstrap, stopping, lambda line: print(line, flush=True)):
             return kit.EXIT_INTERRUPTED  # stopped while waiting for Kafka
     start_telemetry(kit.telemetry_of(args, "trialog-streams"))
+    kit.worker_logging("faust", "aiokafka")
     return run_worker(settings)
