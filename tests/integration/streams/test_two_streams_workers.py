@@ -114,10 +114,8 @@ def test_two_streams_workers_survive_a_kill_with_nothing_lost(kafka_bootstrap: s
                     last_request[episode] = now
                     if killed_at is not None and episode in waiting_at_kill:
                         recovered_after.setdefault(episode, now - killed_at)
-                    answer_base, answer = null.answer(value)
-                    producer.send(
-                        topic_name(run, answer_base), key=episode.encode(), value=CODEC.encode(answer)
-                    )
+                    answer_topic, answer = null.answer(value)
+                    producer.send(answer_topic.of(run), key=episode.encode(), value=CODEC.encode(answer))
                     answered += 1
             producer.flush()
             if killed_at is None and answered >= EPISODES * (2 * STEPS + 2) // 3:
