@@ -440,7 +440,8 @@ def report_error(prog: str, error: StackError, *, as_json: bool) -> int:
     (`{"error", "hint"}`), so that a caller parsing stdout is never left with nothing. Returns exit code 2."""
     if as_json:
         print(json.dumps({"error": error.message, "hint": error.hint}))
-    print(f"{prog}: {error}", file=sys.stderr)
+    # One line: what is missing, then what to run (a multi-line error reads like a traceback in a log).
+    print(f"{prog}: {error.message}" + (f" ({error.hint})" if error.hint else ""), file=sys.stderr)
     return EXIT_ERROR
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from ops.cli import kit
 from ops.cli.main import build_parser
 from ops.paths import REPO_ROOT
 from ops.process import free_port
@@ -191,7 +192,10 @@ def test_a_command_without_kafka_answers_at_once_with_the_fix(
     assert took < FAIL_FAST_S, f"{took:.1f} s"
     assert "Traceback" not in done.stderr and "trialog up" in done.stderr
     command = " ".join(argv[:2] if argv[0] == "run" else argv[:1])  # the command's name, not its operands
-    assert done.stderr.splitlines()[0] == f"trialog {command}: no Kafka broker answers at {closed}"
+    # One line: what is missing and, in the same line, what to run.
+    assert done.stderr.splitlines() == [
+        f"trialog {command}: no Kafka broker answers at {closed} ({kit.KAFKA_HINT})"
+    ]
     if has_json:
         error = json.loads(done.stdout)
         assert error["error"] == f"no Kafka broker answers at {closed}" and "trialog up" in error["hint"]
