@@ -209,6 +209,14 @@ def add_instance(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_objects(parser: argparse.ArgumentParser, what: str) -> None:
+    """`--objects DIR`: the object store folder (snapshots, bundles, weights); every process of a run must
+    name the same one. `what` says what this command finds or keeps there."""
+    parser.add_argument(
+        "--objects", type=Path, metavar="DIR", help=f"{what} (default: the stack's, $TRIALOG_HOME/objects)"
+    )
+
+
 def add_json(parser: argparse.ArgumentParser, what: str = "print one JSON document on stdout") -> None:
     parser.add_argument("--json", action="store_true", help=what)
 

@@ -32,12 +32,7 @@ def add_log_options(parser: argparse.ArgumentParser, *, objects: bool = False, t
         help="give up when Kafka or the next record does not come for S seconds",
     )
     if objects:
-        parser.add_argument(
-            "--objects",
-            type=Path,
-            metavar="DIR",
-            help="the object store the run wrote (default: $TRIALOG_HOME/objects)",
-        )
+        kit.add_objects(parser, "the object store the run wrote")
     if tasks:
         parser.add_argument(
             "--tasks",

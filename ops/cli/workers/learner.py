@@ -99,12 +99,7 @@ def register(workers: kit.Subparsers) -> None:
         metavar="DIR",
         help="checkpoint folder (default: $TRIALOG_HOME/learner/RUN)",
     )
-    add(
-        "--objects",
-        type=Path,
-        metavar="DIR",
-        help="object store folder shared with the rollout workers (default: the stack's)",
-    )
+    kit.add_objects(command, "object store folder shared with the rollout workers")
     add("--idle-checkpoint-s", type=kit.positive_seconds, metavar="S", default=IDLE_CHECKPOINT_S,
         help="when caught up, checkpoint progress without a training step at most this often")  # fmt: skip
     add("--device", default="auto", help="cpu, cuda, cuda:N or auto (a GPU when there is one)")

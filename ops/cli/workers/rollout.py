@@ -97,12 +97,7 @@ def add_llm_arguments(command: argparse.ArgumentParser) -> None:
         metavar="V",
         help="llm: load version V of --versions-run only, and wait for it before answering (evaluations)",
     )
-    command.add_argument(
-        "--objects",
-        type=Path,
-        metavar="DIR",
-        help="llm: the object store holding published weights (default: the stack's)",
-    )
+    kit.add_objects(command, "llm: the object store holding published weights")
 
 
 def make_policy(args: argparse.Namespace) -> Policy:

@@ -44,12 +44,7 @@ def register(subparsers: kit.Subparsers) -> None:
         default=8,
         help="episodes holding a sandbox at once",
     )
-    command.add_argument(
-        "--objects",
-        type=Path,
-        metavar="DIR",
-        help="object store folder shared by all workers of the run (default: the stack's)",
-    )
+    kit.add_objects(command, "object store folder shared by all workers of the run")
     command.add_argument(
         "--state",
         type=Path,

@@ -38,12 +38,7 @@ def register(workers: kit.Subparsers) -> None:
         "--tasks", type=Path, action="append", required=True, metavar="DIR",
         help="a task folder or a folder of them (repeatable)",
     )  # fmt: skip
-    command.add_argument(
-        "--objects",
-        type=Path,
-        metavar="DIR",
-        help="object store folder shared by all workers of the run (default: the stack's)",
-    )
+    kit.add_objects(command, "object store folder shared by all workers of the run")
     kit.add_bootstrap(command)
     kit.add_run(command)
     kit.add_group(command, "verifier")
