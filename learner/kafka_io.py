@@ -106,7 +106,15 @@ class KafkaAnnouncer:
         self._versions: dict[str, set[int]] = {}
 
     def announced_versions(self, run_id: str) -> set[int]:
+        """Versions announced for `run_id`; a malformed announcement (`implausible`: version < 1, a broken
+        base or blob reference) is not one the learner made, and must not stop it announcing that version."""
+        from actors.rollout.weights import implausible
+
         for published in self._reader.poll():
+            if (reason := implausible(published)) is not None:
+                log.warning("ignoring an announcement of version %d on %s: %s", published.version, self.topic,
+                            reason)  # fmt: skip
+                continue
             self._versions.setdefault(published.run_id, set()).add(published.version)
         return set(self._versions.get(run_id, set()))
 

@@ -76,7 +76,16 @@ class RolloutWorker:
         return [action_proposed(self.origin, r, s, latency) for r, s in zip(requests, samples, strict=True)]
 
     def _refresh(self) -> None:
-        if self.weights is not None and (loaded := self.weights.refresh()) is not None:
+        """Hot swap before a request; a failing swap must cost neither the request nor the worker (the
+        request would be dead-lettered as a handler error): serve with the weights held."""
+        if self.weights is None:
+            return
+        try:
+            loaded = self.weights.refresh()
+        except Exception:
+            log.exception("hot swap failed; serving with policy version %d", self.weights.version)
+            return
+        if loaded is not None:
             log.info("loaded policy version %d", loaded)
 
     def _versioned(self, sample: Sample) -> Sample:

@@ -9,7 +9,9 @@ At least once: the answer (or dead letter) is produced and acknowledged before t
 committed, so a crash redelivers the request and the handler answers it again. Handlers are idempotent on
 the request's key (episode, step, attempt), and the episode's owner drops the second answer as a duplicate.
 A record that cannot be decoded, or that the handler refuses or fails on, goes to `deadletter` with the
-reason: never silently dropped, never a crash of the loop.
+reason: never silently dropped, never a crash of the loop. So does one whose serving failed anywhere else
+(tracing, a batch's `prepare`, encoding: `serve_error`) or whose answer is too big for the broker
+(`answer_too_large`); only a Kafka error escapes `serve`, and the floor rewinds and serves the record again.
 
 Batching (`LoopSettings.max_batch` > 1 with a `handle_batch`): one poll takes up to `max_batch` queued
 requests and `handle_batch` answers them together (the rollout worker's batched generate); then each is
@@ -28,6 +30,8 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
+
+from kafka.errors import KafkaError, MessageSizeTooLargeError, RecordListTooLargeError
 
 from schemas.codec import Codec, DecodeError, default_codec
 from schemas.common import EventMeta
@@ -108,8 +112,8 @@ class RequestLoop(Generic[Req]):
 
     def answer_ahead(self, records: Sequence[Any]) -> None:
         """Answer a poll's records together (batched generation); `serve` then sends each in order."""
+        self._ahead = {}  # answered one by one by `serve`, each in its request's span (also if this fails)
         if self.handle_batch is None or len(records) < 2:
-            self._ahead = {}  # answered one by one by `serve`, each inside its request's span
             return
         decoded = [self._decode(record.value) for record in records]
         answers = self._answer_decoded(decoded)
@@ -117,12 +121,27 @@ class RequestLoop(Generic[Req]):
 
     def serve(self, record: Any, producer: Any) -> None:
         """Answer one consumed record (computed ahead when its poll was answered together), or
-        dead-letter it; traced as one span of the record's episode."""
-        with tracing.consumed_span(
-            tracing.span_name(self.route.requests.name), record.key, None, headers=record.headers,
-            topic=record.topic, partition=record.partition, offset=record.offset,
-        ):  # fmt: skip
-            self._serve(record, producer)
+        dead-letter it; traced as one span of the record's episode. Raises only a Kafka error (the floor
+        then serves the record again once Kafka answers): anything else dead-letters the record."""
+        try:
+            with tracing.consumed_span(
+                tracing.span_name(self.route.requests.name), record.key, None, headers=record.headers,
+                topic=record.topic, partition=record.partition, offset=record.offset,
+            ):  # fmt: skip
+                self._serve(record, producer)
+        except (MessageSizeTooLargeError, RecordListTooLargeError) as exc:  # retrying would never get through
+            log.warning("the answer to %s@%d is too large: %s", record.topic, record.offset, exc)
+            self._dead_letter(producer, record, Refused("answer_too_large", f"{type(exc).__name__}: {exc}"))
+        except KafkaError:
+            raise
+        except Exception as exc:  # a bug in tracing, encoding, ...: the record is kept, the loop serves on
+            log.exception("failed to serve %s@%d", record.topic, record.offset)
+            self._dead_letter(producer, record, Refused("serve_error", f"{type(exc).__name__}: {exc}"))
+
+    def _dead_letter(self, producer: Any, record: Any, refused: Refused) -> None:
+        dead_letter(
+            producer, self.deadletter_topic, record, self.origin, self.codec, refused.reason, refused.detail
+        )
 
     def _serve(self, record: Any, producer: Any) -> None:
         ahead = self._ahead.pop(_position(record), None)
@@ -133,15 +152,7 @@ class RequestLoop(Generic[Req]):
             if not isinstance(request, Refused):
                 tracing.annotate(request)
         if isinstance(outcome, Refused):
-            dead_letter(
-                producer,
-                self.deadletter_topic,
-                record,
-                self.origin,
-                self.codec,
-                outcome.reason,
-                outcome.detail,
-            )
+            self._dead_letter(producer, record, outcome)
             return
         key, value = outcome
         headers = trace_headers(record)  # this span is the answer's parent
@@ -174,6 +185,9 @@ class RequestLoop(Generic[Req]):
             return self.codec.decode_as(value, self.route.request_type)
         except DecodeError as exc:
             return Refused(exc.reason.value, exc.detail)
+        except Exception as exc:  # the codec's contract is DecodeError; bytes on the wire must not break it
+            log.exception("the codec failed on a record")
+            return Refused("undecodable", f"{type(exc).__name__}: {exc}")
 
     def _answer_one(self, request: Req) -> Outcome:
         episode = request.meta.episode_id

@@ -35,6 +35,10 @@ RETRY_S = 1.0
 METADATA_MAX_AGE_MS = 5_000
 SEND_TIMEOUT_S = 60.0
 DETAIL_LIMIT = 2000
+# The most of a dead-lettered record's value kept in its letter. The letter wraps the value with its own
+# fields, so a request near the broker's limit (message.max.bytes, 1 MiB by default) would make a letter
+# over it: refused on every retry, the partition stuck behind it. Half the default keeps the letter sendable.
+VALUE_LIMIT = 512 * 1024
 # Start-up: the first pause between tries, doubled up to the last; each try waits this long for a broker.
 CONNECT_FIRST_WAIT_S = 0.5
 CONNECT_MAX_WAIT_S = 8.0
@@ -148,7 +152,10 @@ def serve_requests(
         while not stopping.is_set():
             polled = poll(consumer, settings.poll_timeout_ms, stopping)
             if prepare is not None and polled:
-                prepare([record for records in polled.values() for record in records])
+                try:
+                    prepare([record for records in polled.values() for record in records])
+                except Exception:  # `serve` answers each record alone instead
+                    log.exception("answering a poll's %d records together failed", len(polled))
             serve_in_order(consumer, polled, lambda record: serve(record, producer), stopping)
     finally:
         consumer.close()
@@ -160,13 +167,17 @@ def dead_letter(
 ) -> None:
     """Send `record` to the dead-letter `topic` with why it was not answered; wait for the broker's ack."""
     metrics.dead_letter(reason, origin.producer.kind)
+    value = record.value
+    if value is not None and len(value) > VALUE_LIMIT:
+        detail = f"{detail[: DETAIL_LIMIT - 80]} (value cut from {len(value)} to {VALUE_LIMIT} bytes)"
+        value = value[:VALUE_LIMIT]
     letter = DeadLetter(
         origin.record_meta(),
         record.topic,
         record.partition,
         record.offset,
         record.key,
-        record.value,
+        value,
         reason,
         detail[:DETAIL_LIMIT],
         tuple(record.headers or ()),
@@ -199,13 +210,20 @@ def serve_in_order(
     serve: Callable[[Any], None],
     stopping: threading.Event,
 ) -> None:
-    """Serve each record, then commit past it; on a Kafka error rewind to it and pause."""
+    """Serve each record, then commit past it; on a Kafka error rewind to it and pause. Any other error of
+    `serve` (which should have dead-lettered the record itself) is logged and the record skipped: serving
+    it again would fail again, a crash loop on one record."""
     for partition, records in polled.items():
         for record in records:
             if stopping.is_set():
                 return
             try:
-                serve(record)
+                try:
+                    serve(record)
+                except KafkaError:
+                    raise
+                except Exception:
+                    log.exception("could not serve %s@%s; skipping it", partition, record.offset)
                 consumer.commit({partition: OffsetAndMetadata(record.offset + 1, None, -1)})
             except KafkaError as exc:
                 log.warning(

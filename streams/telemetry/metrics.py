@@ -16,6 +16,7 @@ The instruments (OpenTelemetry names; `ops.telemetry.prometheus` serves them as 
 | trialog.failures | counter | class | the owner, per EpisodeFailed |
 | trialog.tamper.detections | counter | | the owner, per reward with verdict tampered |
 | trialog.deadletters | counter | reason, source | whoever dead-letters a record |
+| trialog.weights.refused | counter | reason, source | a rollout hot swap, per refused announcement or file |
 
 Episodes/s and steps/s are rates of the counters (Prometheus `rate()`). Rewards are a count and a sum
 (the mean is their ratio), not a histogram: OpenTelemetry histograms refuse negative values, and a
@@ -43,6 +44,7 @@ STALENESS = "trialog.staleness"
 FAILURES = "trialog.failures"
 TAMPER_DETECTIONS = "trialog.tamper.detections"
 DEADLETTERS = "trialog.deadletters"
+WEIGHTS_REFUSED = "trialog.weights.refused"
 
 COUNTERS = {
     EPISODES: "episodes by outcome",
@@ -50,6 +52,7 @@ COUNTERS = {
     FAILURES: "failed episodes by failure class",
     TAMPER_DETECTIONS: "rewards with verdict tampered",
     DEADLETTERS: "records sent to deadletter, by reason",
+    WEIGHTS_REFUSED: "policy announcements or weights files refused by a hot swap, by reason",
     REWARDS: "rewards assigned, by verdict",
 }
 UP_DOWN_COUNTERS = {REWARD_SUM: "sum of the rewards assigned, by verdict"}
@@ -151,6 +154,11 @@ def staleness(versions_behind: int) -> None:
 
 def dead_letter(reason: str, source: str) -> None:
     _installed.add(DEADLETTERS, 1, {"reason": reason, "source": source})
+
+
+def weights_refused(reason: str, source: str) -> None:
+    """A policy announcement or its weights refused (the model kept the weights it had)."""
+    _installed.add(WEIGHTS_REFUSED, 1, {"reason": reason, "source": source})
 
 
 class ConsumerLag:

@@ -1,7 +1,10 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
+from typing import Any
 
+import pytest
 import torch
 
 from actors.rollout.simple_policies import RandomPolicy
@@ -10,7 +13,8 @@ from actors.rollout.worker import RolloutWorker
 from learner.lora import Adaptation, adapt, merged_weights
 from learner.publish import store_weights, weights_bytes
 from learner.testing import tiny_llama
-from schemas.blobs import BlobRef, MemoryObjectStore
+from schemas.blobs import BlobRef, LocalObjectStore, MemoryObjectStore, ObjectStore
+from streams.telemetry import metrics
 from tests.publications_contract import check_publications_contract
 from tests.unit.actors.requests import fixed_origin, policy_request, request_meta
 
@@ -36,8 +40,8 @@ def trained_weights(seed: int) -> dict[str, torch.Tensor]:
 
 
 class Rig:
-    def __init__(self, pin: int | None = None) -> None:
-        self.store = MemoryObjectStore()
+    def __init__(self, pin: int | None = None, store: ObjectStore | None = None) -> None:
+        self.store: Any = store if store is not None else MemoryObjectStore()
         self.source = MemoryPublications()
         self.model = tiny_llama()
         self.watcher = WeightsWatcher(self.source, self.store, TorchModelTarget(self.model), RUN, pin=pin)
@@ -105,7 +109,8 @@ def test_weights_whose_bytes_do_not_match_their_sha256_are_refused() -> None:
     rig = Rig()
     rig.publish(1)
     [published] = rig.source._log
-    tampered = dataclasses.replace(published, version=2, weights=BlobRef("0" * 64, published.weights.size))
+    forged = BlobRef("0" * 64, published.weights.size)
+    tampered = dataclasses.replace(published, version=2, base_version=1, weights=forged)
     rig.source.publish(tampered)
     rig.store.blobs["0" * 64] = weights_bytes(trained_weights(9))
     assert rig.watcher.refresh() == 1
@@ -134,3 +139,152 @@ def test_the_rollout_worker_loads_new_weights_between_requests_and_records_their
     rig.publish(2)
     second = worker.handle(policy_request(meta=request_meta(step=1)))
     assert second.meta.policy_version == 2 and rig.holds(2)
+
+
+# -- refusals: a bad announcement or file leaves the model as it was, and the worker serving ---------------
+
+
+class Counted:
+    enabled = True
+
+    def __init__(self) -> None:
+        self.refused: list[str] = []
+
+    def add(self, instrument: str, value: float = 1, attributes: Any = None) -> None:
+        if instrument == metrics.WEIGHTS_REFUSED:
+            self.refused.append(attributes["reason"])
+
+    def record(self, instrument: str, value: float, attributes: Any = None) -> None:
+        pass
+
+    def gauge(self, instrument: str, read: Any) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        pass
+
+
+@pytest.fixture
+def counted() -> Any:
+    mine = Counted()
+    previous = metrics.install(mine)
+    yield mine
+    metrics.install(previous)
+
+
+def local_rig(tmp_path: Path, pin: int | None = None) -> Rig:
+    return Rig(pin=pin, store=LocalObjectStore(tmp_path / "objects"))
+
+
+def announce(rig: Rig, version: int, /, **changes: Any) -> None:
+    """Publish real weights for `version`, then announce them with `changes` made to the announcement."""
+    rig.publish(version)
+    published = rig.source._log.pop()
+    rig.source.publish(dataclasses.replace(published, **changes))
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        ({"version": -3, "base_version": -4}, "version_not_positive"),
+        ({"version": 0, "base_version": -1}, "version_not_positive"),
+        ({"base_version": 0}, "base_version_mismatch"),  # version 2 claiming to follow the base
+        ({"version": 2**31 - 1, "base_version": 2**31 - 2}, "version_jump"),
+        ({"version": 5, "base_version": 4}, "version_jump"),  # 1 was the highest: 5 skips three
+        ({"weights": BlobRef("../../etc/passwd", 10)}, "malformed_blob_ref"),
+        ({"weights": BlobRef("", 10)}, "malformed_blob_ref"),
+    ],
+)
+def test_an_absurd_announcement_is_refused_before_its_weights_are_read(
+    tmp_path: Path, counted: Counted, changes: dict[str, Any], reason: str
+) -> None:
+    rig = local_rig(tmp_path)
+    rig.publish(1)
+    assert rig.watcher.refresh() == 1
+    announce(rig, 2, **changes)
+    assert rig.watcher.refresh() is None
+    assert rig.watcher.version == 1 and rig.holds(1)
+    assert counted.refused == [reason]
+    rig.publish(2)  # the learner's own version 2 still gets through
+    assert rig.watcher.refresh() == 2 and rig.holds(2)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_weights_with_a_non_finite_value_are_refused(tmp_path: Path, counted: Counted, bad: float) -> None:
+    rig = local_rig(tmp_path)
+    rig.publish(1)
+    assert rig.watcher.refresh() == 1
+    poisoned = trained_weights(2)
+    name = sorted(poisoned)[-1]
+    poisoned[name] = poisoned[name].clone()
+    poisoned[name][0, 0] = bad
+    rig.publish(2, poisoned)
+    assert rig.watcher.refresh() is None
+    assert rig.watcher.refused == {2} and counted.refused == ["non_finite"]
+    assert rig.holds(1)
+    assert all(bool(torch.isfinite(t).all()) for t in rig.model.state_dict().values())
+    rig.publish(3)  # the next good version: 3 follows 2, which was announced (if refused)
+    assert rig.watcher.refresh() == 3 and rig.holds(3)
+
+
+def test_weights_of_an_integer_dtype_are_refused(tmp_path: Path, counted: Counted) -> None:
+    rig = local_rig(tmp_path)
+    name, shape = next(iter(rig.watcher.target.shapes().items()))
+    rig.publish(1, {name: torch.zeros(shape, dtype=torch.int64)})
+    assert rig.watcher.refresh() is None and counted.refused == ["wrong_dtype"]
+
+
+def test_a_missing_or_unreadable_blob_is_refused(tmp_path: Path, counted: Counted) -> None:
+    rig = local_rig(tmp_path)
+    announce(rig, 1, weights=BlobRef("ab" * 32, 10))  # well formed, not in the store
+    assert rig.watcher.refresh() is None
+    rig.store.put(b"not safetensors at all", "application/octet-stream")
+    ref = BlobRef.of(b"not safetensors at all", "application/octet-stream")
+    announce(rig, 2, weights=ref)
+    assert rig.watcher.refresh() is None
+    assert counted.refused == ["blob_integrity", "not_safetensors"]
+    assert rig.watcher.version == 0
+
+
+def test_a_forged_announcement_does_not_hide_the_learners_own_of_the_same_version(
+    tmp_path: Path, counted: Counted
+) -> None:
+    rig = local_rig(tmp_path)
+    poisoned = trained_weights(1)
+    poisoned[sorted(poisoned)[0]][0, 0] = float("nan")
+    rig.publish(1, poisoned)
+    rig.publish(1)  # a second announcement of 1, with good weights
+    assert rig.watcher.refresh() == 1 and rig.holds(1)
+    assert counted.refused == ["non_finite"]
+
+
+def test_another_runs_announcement_is_ignored_however_absurd(tmp_path: Path, counted: Counted) -> None:
+    rig = local_rig(tmp_path)
+    announce(rig, 1, run_id="someone-else", version=10**9, base_version=0)
+    assert rig.watcher.refresh() is None and counted.refused == []
+
+
+def test_a_pinned_version_may_be_any_published_one_but_is_still_checked(
+    tmp_path: Path, counted: Counted
+) -> None:
+    rig = local_rig(tmp_path, pin=7)
+    rig.publish(1)
+    rig.publish(7)  # far ahead of 1: a jump, but the operator asked for it
+    assert rig.watcher.refresh() == 7 and rig.holds(7)
+    bad = local_rig(tmp_path, pin=3)
+    announce(bad, 3, base_version=1)
+    assert bad.watcher.refresh() is None and counted.refused == ["base_version_mismatch"]
+
+
+def test_a_failing_source_or_hot_swap_costs_no_request(tmp_path: Path) -> None:
+    rig = local_rig(tmp_path)
+
+    def broken() -> list[Any]:
+        raise RuntimeError("broker on fire")
+
+    rig.source.poll = broken  # type: ignore[method-assign]
+    assert rig.watcher.refresh() is None
+    worker = RolloutWorker(RandomPolicy(), fixed_origin("rollout"), weights=rig.watcher)
+    rig.watcher.refresh = lambda: (_ for _ in ()).throw(RuntimeError("bug"))  # type: ignore[method-assign]
+    answer = worker.handle(policy_request(meta=request_meta(step=0)))
+    assert answer.meta.policy_version == 0
