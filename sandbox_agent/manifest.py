@@ -5,11 +5,20 @@ and size of each file's content, and each link's target. Timestamps and owners a
 two workspaces with the same files give the same bytes, hence the same snapshot id, whatever host or
 sandbox they come from and whenever they were written. Paths that are not valid UTF-8 survive the trip
 as surrogate escapes (the form `os.fsdecode` gives).
+
+A manifest read back may have been crafted (the policy controls the sandbox that lists the workspace, and
+anyone with write access controls the store), so `Manifest` refuses one whose paths do not name distinct
+places on disk: each path must be the one spelling `os.fsdecode` gives for its bytes (so 'é' and the
+surrogate escapes of its UTF-8 bytes, which are different strings for the same file, cannot both appear),
+relative, without '.', '..', empty components or NUL, unique, sorted, and not inside a file or a link.
+Link targets must be non-empty and free of NUL. Where a link points is not checked: a restored link is data,
+and the writers (`sandbox_agent.hosttree.write_tree`) never follow one.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -128,6 +137,12 @@ def _check_tree(entries: tuple[Entry, ...]) -> None:
             raise ManifestError(str(exc)) from None
         if canonical != entry.path:
             raise ManifestError(f"{entry.path!r} is not in canonical form")
+        if _as_on_disk(entry.path) != entry.path:
+            raise ManifestError(f"{entry.path!r} is not the one spelling of its bytes on disk (an alias)")
+        if entry.kind is Kind.LINK and (not entry.target or "\0" in entry.target):
+            raise ManifestError(f"{entry.path!r} is a link with an empty target or a NUL in it")
+        if entry.kind is Kind.LINK and _as_on_disk(entry.target) != entry.target:
+            raise ManifestError(f"{entry.path!r} is a link whose target is not a file system name")
         if entry.path <= previous:
             raise ManifestError(f"{entry.path!r} is out of order or repeated")
         if any(kinds.get(folder, Kind.DIR) is not Kind.DIR for folder in ancestors(entry.path)):
@@ -136,6 +151,14 @@ def _check_tree(entries: tuple[Entry, ...]) -> None:
             raise ManifestError(f"{entry.path!r} has no valid content hash")
         kinds[entry.path] = entry.kind
         previous = entry.path
+
+
+def _as_on_disk(name: str) -> str | None:
+    """`name` as `os.fsdecode` would give it back from the bytes it is written as (None: not writable)."""
+    try:
+        return os.fsdecode(os.fsencode(name))
+    except UnicodeError:  # a surrogate outside the escape range: no bytes spell it
+        return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,10 +9,15 @@ and binary patches are reported as unsupported rather than guessed at.
 from __future__ import annotations
 
 import difflib
+import errno
+import os
 import re
+import stat
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from sandbox_agent.hosttree import UnsafeTree, open_folder, split_path
 
 NO_NEWLINE = "\\ No newline at end of file"
 _HUNK = re.compile(r"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
@@ -248,30 +253,88 @@ def _apply_hunks(file: FilePatch, text: str) -> str:
 
 
 def read_tree_file(root: Path) -> Callable[[str], str | None]:
-    """A `read` callback for `apply_patch` over a folder; symlinks are never followed."""
+    """A `read` callback for `apply_patch` over a folder; symlinks are never followed.
+
+    A patched path that is a link, or lies under one (`p/x` with `p -> ../..`), is a PatchError: reading
+    through it could read any file on the host, and writing through it would write there.
+    """
 
     def read(path: str) -> str | None:
-        target = root / path
-        if target.is_symlink():
-            raise PatchError(f"{path} is a symbolic link; patches may only change regular files")
-        if not target.is_file():
-            return None
-        return target.read_bytes().decode("utf-8")
+        folders, name = split_path(path)
+        root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            try:
+                parent = open_folder(root_fd, folders, create=False, where=path)
+            except FileNotFoundError:
+                return None
+        except UnsafeTree:
+            raise _under_link(path) from None
+        finally:
+            os.close(root_fd)
+        try:
+            try:
+                mode = os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode
+            except FileNotFoundError:
+                return None
+            if stat.S_ISLNK(mode):
+                raise _is_link(path)
+            if not stat.S_ISREG(mode):
+                return None
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=parent)
+            with os.fdopen(fd, "rb") as handle:
+                return handle.read().decode("utf-8")
+        finally:
+            os.close(parent)
 
     return read
 
 
+def _under_link(path: str) -> PatchError:
+    return PatchError(f"{path} lies under a symbolic link or a file; patches may only change regular files")
+
+
+def _is_link(path: str) -> PatchError:
+    return PatchError(f"{path} is a symbolic link; patches may only change regular files")
+
+
 def apply_to_tree(root: Path, patch: str | tuple[FilePatch, ...]) -> dict[str, str | None]:
-    """Apply a patch in place to the folder `root`; returns the changes it made."""
+    """Apply a patch in place to the folder `root`; returns the changes it made.
+
+    Writes go through folder descriptors opened with O_NOFOLLOW (`sandbox_agent.hosttree.open_folder`):
+    a link anywhere on a patched path is a PatchError, never followed, so the patch cannot write outside
+    `root` even if the tree holds links the static checks let through.
+    """
     changes = apply_patch(patch, read_tree_file(root))
-    for path, text in changes.items():
-        target = root / path
-        if text is None:
-            target.unlink()
-        else:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(text.encode("utf-8"))
+    root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for path, text in changes.items():
+            _write_change(root_fd, path, text)
+    finally:
+        os.close(root_fd)
     return changes
+
+
+def _write_change(root_fd: int, path: str, text: str | None) -> None:
+    folders, name = split_path(path)
+    try:
+        parent = open_folder(root_fd, folders, create=text is not None, where=path)
+    except UnsafeTree:
+        raise _under_link(path) from None
+    try:
+        if text is None:
+            os.unlink(name, dir_fd=parent)  # unlink never follows the last component
+            return
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(name, flags, 0o666, dir_fd=parent)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise _is_link(path) from None
+            raise
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(text.encode("utf-8"))
+    finally:
+        os.close(parent)
 
 
 def make_patch(before: Mapping[str, str], after: Mapping[str, str], context: int = 3) -> str:

@@ -13,6 +13,15 @@ solution.patch   the reference solution: a unified diff against repo/, applied w
 keys (a typo must not silently drop a setting), the globs, that the tests exist and parse, that the
 solution applies to repo/ and leaves protected paths alone. Any problem raises `TaskError` naming the file
 and the problem. Running the tests (unsolvable, already passing, flaky) is `trialog tasks validate`'s job.
+
+Task folders come from outside (a downloaded task set is as untrusted as a policy), and validation applies
+the solution on the host. So links are checked by where they really resolve, chains included: a link in
+repo/ must resolve inside repo/, one in tests/ inside tests/, absolute targets are refused, and no patched
+path may lie under a link or be one. A link pointing at a patched file stays allowed (the write lands on
+the real file, inside repo/). The applier
+(`actors.tasks.patch.apply_to_tree`) also writes without following links. Not covered: a task folder
+changed by someone else between `load_task` and `copy_repo` (the checks are not repeated on the copy, but
+the no-follow writes still keep the patch inside it).
 """
 
 from __future__ import annotations
@@ -341,7 +350,7 @@ def load_task(root: Path) -> Task:
         raise TaskError(root, "is not a folder")
     spec = _load_spec(root / TASK_FILE)
     repo_dir, tests_dir = _folder(root, REPO_DIR), _folder(root, TESTS_DIR)
-    _check_links(repo_dir)
+    repo_links = _check_links(repo_dir)
     _check_links(tests_dir)
     if (repo_dir / ".git").exists() or (repo_dir / ".git").is_symlink():
         raise TaskError(
@@ -353,7 +362,7 @@ def load_task(root: Path) -> Task:
         raise TaskError(exc.path, exc.problem) from None
     if not test_ids:
         raise TaskError(tests_dir, "holds no tests (test_*.py or *_test.py files with test functions)")
-    solution = _load_solution(root / PATCH_FILE, repo_dir, GlobSet.compile(spec.protected))
+    solution = _load_solution(root / PATCH_FILE, repo_dir, GlobSet.compile(spec.protected), repo_links)
     return Task(root=root, spec=spec, version=task_version(root), test_ids=test_ids, solution=solution)
 
 
@@ -376,18 +385,40 @@ def _folder(root: Path, name: str) -> Path:
     return path
 
 
-def _check_links(folder: Path) -> None:
-    """A symlink in a task may only point to another place inside the same folder."""
-    base = folder.resolve()
+def _check_links(folder: Path) -> dict[str, str]:
+    """A symlink in a task may only point to another place inside the same folder, once fully resolved.
+
+    The check resolves the whole chain as the kernel will (`os.path.realpath`), not the target's text: a
+    lexical check passes `p -> q/q/../../../outside` with `q -> .`, which climbs out. Absolute targets are
+    refused whatever they name (the same path means something else in the sandbox). Returns each link's
+    path relative to `folder` with its resolved target, also relative to `folder`.
+    """
+    base = os.path.realpath(folder)
+    resolved_links: dict[str, str] = {}
     for path in _walk(folder):
         if path.is_symlink():
             target = os.readlink(path)
-            resolved = Path(os.path.normpath(path.parent.resolve() / target))
-            if os.path.isabs(target) or not resolved.is_relative_to(base):
+            resolved = os.path.realpath(path)
+            if os.path.isabs(target) or not (resolved == base or resolved.startswith(base + os.sep)):
                 raise TaskError(path, f"is a symbolic link that leaves {folder.name}/ ({target})")
+            resolved_links[path.relative_to(folder).as_posix()] = os.path.relpath(resolved, base)
+    return resolved_links
 
 
-def _load_solution(path: Path, repo_dir: Path, protected: GlobSet) -> tuple[FilePatch, ...]:
+def _check_patched_paths(path: Path, changes: Iterable[str], links: Mapping[str, str]) -> None:
+    """No patched file may be, or lie under, a link of repo/: writing through a link writes wherever it
+    points. (The applier refuses this at write time too; here it is refused before anything runs.) A link
+    that points *at* a patched file is allowed: the write lands on the real file, inside repo/."""
+    for changed in changes:
+        parts = changed.split("/")
+        for prefix in ("/".join(parts[:i]) for i in range(1, len(parts) + 1)):
+            if prefix in links:
+                raise TaskError(path, f"patches {changed}, which lies under the symbolic link {prefix}")
+
+
+def _load_solution(
+    path: Path, repo_dir: Path, protected: GlobSet, links: Mapping[str, str]
+) -> tuple[FilePatch, ...]:
     if not path.is_file():
         raise TaskError(path, "is missing")
     try:
@@ -399,6 +430,7 @@ def _load_solution(path: Path, repo_dir: Path, protected: GlobSet) -> tuple[File
         raise TaskError(path, f"does not apply to {REPO_DIR}/: {exc}") from None
     except UnicodeError as exc:
         raise TaskError(path, f"patches a file of {REPO_DIR}/ that is not UTF-8 text: {exc}") from None
+    _check_patched_paths(path, changes, links)
     touched = protected.select(changes)
     if touched:
         raise TaskError(path, f"changes protected paths: {', '.join(touched)}")
