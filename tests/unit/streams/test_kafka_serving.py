@@ -151,3 +151,69 @@ def test_a_serving_consumer_joins_its_group_only_once_the_topic_has_partitions(
     stopping = threading.Event()
     stopping.set()
     assert not kafka_serving.subscribe_when_known(_Consumer(unknown_for=9), "t", stopping, said.append)
+
+
+# -- a record the loop cannot serve never ends the loop (issue 14: no crash loop on one record) ----------
+
+
+def test_a_record_serve_fails_on_is_skipped_and_the_next_served() -> None:
+    consumer, served = FlakyConsumer(), []
+
+    def serve(record: Record) -> None:
+        if record.offset == 5:
+            raise RuntimeError("a bug in dead-lettering")
+        served.append(record.offset)
+
+    serve_in_order(consumer, {TP: [Record(5), Record(6)]}, serve, threading.Event())
+    # 5 would fail again on every redelivery: committed past (and logged), not served in a loop.
+    assert served == [6] and consumer.committed == [6, 7] and consumer.seeks == []
+
+
+def test_a_kafka_error_while_serving_still_rewinds(monkeypatch: Any) -> None:
+    monkeypatch.setattr(kafka_serving, "RETRY_S", 0.0)
+    consumer = FlakyConsumer()
+
+    def serve(record: Record) -> None:
+        raise KafkaConnectionError("broker gone mid-answer")
+
+    serve_in_order(consumer, {TP: [Record(5), Record(6)]}, serve, threading.Event())
+    assert consumer.seeks == [5] and consumer.committed == []
+
+
+@dataclass
+class _Letter:
+    topic: str = "sandbox.requests"
+    partition: int = 0
+    offset: int = 9
+    key: bytes | None = b"ep-1"
+    value: bytes | None = b""
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+
+class _Sent:
+    def __init__(self) -> None:
+        self.values: list[bytes] = []
+
+    def send(self, topic: str, value: bytes) -> _Sent:
+        self.values.append(value)
+        return self
+
+    def get(self, timeout: float) -> None:
+        pass
+
+
+def test_a_dead_letter_of_a_huge_record_keeps_a_bounded_part_of_it() -> None:
+    from schemas.codec import default_codec
+    from schemas.common import Producer
+    from schemas.deadletter import DeadLetter
+    from schemas.origin import FixedClock, Origin, SequentialIds
+
+    codec = default_codec()
+    origin = Origin(Producer("sandbox", "w1"), FixedClock(), SequentialIds("w1"))
+    producer = _Sent()
+    huge = b"x" * (kafka_serving.VALUE_LIMIT + 4096)
+    kafka_serving.dead_letter(producer, "deadletter", _Letter(value=huge), origin, codec, "too_big", "why")
+    letter = codec.decode_as(producer.values[0], DeadLetter)
+    assert letter.value == huge[: kafka_serving.VALUE_LIMIT]
+    assert f"cut from {len(huge)} to {kafka_serving.VALUE_LIMIT} bytes" in letter.detail
+    assert len(producer.values[0]) < kafka_serving.VALUE_LIMIT + 4096
