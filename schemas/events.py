@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 from schemas.actions import Action, action_from_union
 from schemas.blobs import BlobRef
 from schemas.common import EpisodeConfig, EventMeta, FailureClass, Output, Verdict
+from schemas.fsnames import from_wire_all, to_wire_all
 from schemas.record import AvroDict, from_optional, optional, tagged
 
 
@@ -148,7 +149,8 @@ class RewardAssigned:
             "passed": self.passed,
             "total": self.total,
             "failed_tests": self.failed_tests,
-            "tampered_paths": self.tampered_paths,
+            # Names as `os.fsdecode` gives them; not every one is UTF-8 (see `schemas.fsnames`).
+            "tampered_paths": to_wire_all(self.tampered_paths),
             "verifier": self.verifier,
             "report": optional(self.report),
         }
@@ -162,7 +164,7 @@ class RewardAssigned:
             rec["passed"],
             rec["total"],
             tuple(rec["failed_tests"]),
-            tuple(rec["tampered_paths"]),
+            from_wire_all(rec["tampered_paths"]),
             rec["verifier"],
             from_optional(rec["report"], BlobRef.from_record),
         )

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from schemas.fsnames import to_wire
+
 TAMPERED_REWARD = -1.0
 BUILD_FAILED_REWARD = -0.5
 PASS_REWARD = 1.0
@@ -65,7 +67,8 @@ class Grade:
             "passed": self.passed,
             "total": self.total,
             "failed_tests": list(self.failed_tests),
-            "tampered_paths": list(self.tampered_paths),
+            # The wire form: printable and reversible, whatever bytes the agent named a file with.
+            "tampered_paths": [to_wire(path) for path in self.tampered_paths],
         }
 
 

@@ -28,6 +28,7 @@ from actors.tasks.tamper import compare_trees
 from actors.tasks.workspace import copy_workspace
 from sandbox_agent.backend import Sandbox, SandboxBackend
 from sandbox_agent.limits import MIB, ExecLimits, Quotas, SandboxSpec, parse_size
+from schemas.fsnames import to_wire
 
 LAUNCHER = "trialog_launch.py"
 HARNESS_OUTPUT_BYTES = 8 * MIB  # report lines for thousands of tests; a flood only hides its own passes
@@ -151,7 +152,7 @@ def print_human(result: Verification) -> str:
     g = result.grade
     lines = [f"verdict {g.verdict.value}  reward {g.reward:+.3f}  passed {g.passed}/{g.total}"]
     lines += [f"  failed: {test}" for test in g.failed_tests]
-    lines += [f"  tampered: {path}" for path in g.tampered_paths]
+    lines += [f"  tampered: {to_wire(path)}" for path in g.tampered_paths]  # printable, any bytes
     if g.detail:
         lines.append(f"  detail: {g.detail}")
     lines.append(f"  in {result.duration_s:.2f} s")

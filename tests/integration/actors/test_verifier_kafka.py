@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +32,7 @@ from tests.integration.actors.kafka_helpers import CODEC, new_run, next_records,
 from tests.unit.actors.requests import request_meta, verify_request
 
 EXAMPLE = REPO_ROOT / "examples" / "tasks" / "easy-fix-range"
+PROTECTED = REPO_ROOT / "examples" / "tasks" / "word-count"  # protects tests/**
 
 
 def _files(root: Path) -> dict[str, bytes]:
@@ -68,7 +70,7 @@ def verifier(kafka_bootstrap: str, backend: DockerBackend, tmp_path: Path) -> It
     objects = LocalObjectStore(tmp_path / "objects")
     origin = Origin(Producer("verifier", "v1"), SystemClock(), SequentialIds("v1"))
     grader = SnapshotGrader(backend, objects, str(sandbox_ref()))
-    worker = VerifierWorker(FolderTasks([EXAMPLE]), grader, objects, origin)
+    worker = VerifierWorker(FolderTasks([EXAMPLE, PROTECTED]), grader, objects, origin)
     settings = LoopSettings(kafka_bootstrap, f"{run}-verifier", run, poll_timeout_ms=200)
     loop = RequestLoop(ROUTE, worker.handle, settings, origin)
     thread = threading.Thread(target=loop.run, name="verifier", daemon=True)
@@ -129,3 +131,35 @@ def test_solved_and_unsolved_snapshots_are_graded_through_kafka(
     assert bad.reward < 1.0 and bad.verdict in (Verdict.FAIL, Verdict.PARTIAL) and bad.failed_tests
     assert bad.tampered_paths == ()
     assert (stale.verdict, stale.reward) == (Verdict.ERROR, 0.0)
+
+
+def test_a_protected_file_with_a_non_utf8_name_is_graded_tampered_through_kafka(
+    kafka_bootstrap: str, verifier: str, backend: DockerBackend, tmp_path: Path
+) -> None:
+    """The name travels sandbox -> snapshot -> host tree -> grade -> Avro: the -1.0 must reach
+    verify.results (an answer that cannot be encoded would be dead-lettered, and the tamper erased)."""
+    task = load_task(PROTECTED)
+    planted = os.fsdecode(b"tests/\xff.py")
+    sandbox = backend.create(SandboxSpec(str(sandbox_ref()), task_quotas(task)))
+    try:
+        files = _files(task.copy_repo(tmp_path / "solved", solved=True))
+        backend.write_files(sandbox, {**files, planted: b"def test_forged():\n    pass\n"})
+        snapshot = str(backend.snapshot(sandbox))
+    finally:
+        backend.destroy(sandbox)
+    request = verify_request(
+        request_meta(episode="ep-tamper", task_id=task.id, task_version=task.version, snapshot_id=snapshot),
+        image=str(sandbox_ref()),
+    )
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
+    try:
+        with reading(kafka_bootstrap, verifier, "verify.results") as answers:
+            producer.send(VERIFY_REQUESTS.of(verifier), key=b"ep-tamper", value=CODEC.encode(request)).get(30)
+            (record,) = next_records(answers, 1, timeout_s=120)
+    finally:
+        producer.close()
+    answer = CODEC.decode(record.value)
+    assert isinstance(answer, RewardAssigned)
+    assert (answer.verdict, answer.reward) == (Verdict.TAMPERED, -1.0)
+    assert answer.tampered_paths == (planted,)
+    assert os.fsencode(answer.tampered_paths[0]) == b"tests/\xff.py"

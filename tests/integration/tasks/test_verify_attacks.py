@@ -13,13 +13,17 @@ import pytest
 
 from actors.tasks.reward import Verdict
 from actors.tasks.spec import Task, load_task
-from actors.tasks.verify import Verification, verify
+from actors.tasks.verify import Verification, dumps, print_human, verify
+from actors.verifier.worker import reward_assigned
 from ops.paths import REPO_ROOT
 from ops.stack.images import sandbox_ref
 from ops.testing import owned_labels
 from sandbox_agent.docker_backend import DockerBackend
 from sandbox_agent.limits import MIB, Quotas, SandboxSpec
 from schemas.blobs import LocalObjectStore
+from schemas.codec import default_codec
+from schemas.events import RewardAssigned
+from tests.unit.actors.requests import fixed_origin, verify_request
 
 EXAMPLES = REPO_ROOT / "examples" / "tasks"
 SPEC = Quotas(memory_bytes=512 * MIB, cpus=1.0, pids=128, workspace_bytes=64 * MIB, tmp_bytes=64 * MIB)
@@ -187,3 +191,44 @@ def test_a_failing_build_is_a_build_failure(run_verify: Grade, task: Task, tmp_p
     broken = dataclasses.replace(task, spec=dataclasses.replace(task.spec, build_command="exit 3"))
     result = run_verify(broken, _workspace(task, tmp_path, solved=True))
     assert (result.grade.verdict, result.grade.reward) == (Verdict.BUILD_FAILED, -0.5)
+
+
+# A file name that is not UTF-8, as `os.fsdecode` gives it (and as a snapshot of the sandbox carries it).
+NOT_UTF8 = os.fsdecode(b"\xff.py")
+
+
+@pytest.fixture
+def add_task() -> Task:
+    """easy-fix-add with its source files protected: the files an agent could rename away from."""
+    task = load_task(EXAMPLES / "easy-fix-add")
+    return dataclasses.replace(task, spec=dataclasses.replace(task.spec, protected=("*.py",)))
+
+
+def _assert_tamper_reaches_the_log(result: Verification, expected: tuple[str, ...]) -> None:
+    """The -1.0 must survive the trip to the log: encoded, decoded, the paths as they were on disk."""
+    assert (result.grade.verdict, result.grade.reward) == (Verdict.TAMPERED, -1.0)
+    assert result.grade.tampered_paths == expected
+    answer = reward_assigned(fixed_origin("verifier"), verify_request(), result)
+    decoded = default_codec().decode(default_codec().encode(answer))
+    assert decoded == answer and isinstance(decoded, RewardAssigned)
+    assert decoded.tampered_paths == expected
+    assert [os.fsencode(p) for p in decoded.tampered_paths] == [os.fsencode(p) for p in expected]
+    # What people read (the CLI, the JSON report) is printable and shows the byte.
+    assert "\\xff" in print_human(result) and "\\xff" in dumps(result)
+    print_human(result).encode("utf-8")
+
+
+def test_adding_a_protected_file_with_a_non_utf8_name_is_tampering(
+    run_verify: Grade, add_task: Task, tmp_path: Path
+) -> None:
+    workspace = _workspace(add_task, tmp_path, solved=False)  # the fix would change calc.py
+    (workspace / NOT_UTF8).write_text("import calc\n")
+    _assert_tamper_reaches_the_log(run_verify(add_task, workspace), (NOT_UTF8,))
+
+
+def test_renaming_a_protected_file_to_a_non_utf8_name_is_tampering(
+    run_verify: Grade, add_task: Task, tmp_path: Path
+) -> None:
+    workspace = _workspace(add_task, tmp_path, solved=False)
+    (workspace / "calc.py").rename(workspace / NOT_UTF8)
+    _assert_tamper_reaches_the_log(run_verify(add_task, workspace), tuple(sorted(("calc.py", NOT_UTF8))))

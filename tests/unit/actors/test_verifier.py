@@ -119,6 +119,22 @@ def test_a_graded_snapshot_becomes_reward_assigned(tasks: FolderTasks, task: Tas
     assert len(grader.calls) == 1 and again.reward == answer.reward and again.report == answer.report
 
 
+def test_a_tampered_path_that_is_not_utf8_is_answered_and_encodable(tasks: FolderTasks, task: Task) -> None:
+    """Renaming a protected file to bytes that are not UTF-8 must not make the -1.0 unencodable."""
+    forged = os.fsdecode(b"tests/\xff.py")
+    tampered = grade(expected=task.test_ids, reports=(), tampered_paths=(forged,))
+    objects = MemoryObjectStore()
+    worker = VerifierWorker(
+        tasks, FakeGrader({SNAPSHOT: Verification(tampered, 0.5)}), objects, fixed_origin()
+    )
+    answer = worker.handle(verify_request(_meta(task, snapshot_id=SNAPSHOT)))  # type: ignore[arg-type]
+    decoded = default_codec().decode(default_codec().encode(answer))
+    assert decoded == answer and (answer.verdict, answer.reward) == (Verdict.TAMPERED, -1.0)
+    assert answer.tampered_paths == (forged,)
+    assert answer.report is not None
+    assert json.loads(objects.get(answer.report))["tampered_paths"] == ["tests/\\xff.py"]
+
+
 @pytest.mark.parametrize(
     ("case", "detail"),
     [
