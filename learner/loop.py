@@ -12,6 +12,7 @@ import time
 
 from kafka.errors import KafkaError
 
+from learner.defaults import IDLE_CHECKPOINT_S
 from learner.kafka_io import Feed, inputs
 from learner.learner import Learner
 from learner.state import PlannerState, Tick
@@ -19,7 +20,6 @@ from schemas.origin import Clock
 
 log = logging.getLogger(__name__)
 RETRY_S = 1.0
-IDLE_CHECKPOINT_S = 10.0
 
 
 def run(

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-DEFAULT_TARGETS = ("q_proj", "v_proj")
-DEFAULT_RANK = 8
+from learner.defaults import DEFAULT_RANK, DEFAULT_TARGETS
+
 WRAPPED = ".base"  # the frozen layer's attribute inside a LoRALinear
 
 

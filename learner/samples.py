@@ -18,11 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from learner.defaults import PROMPT_ENCODERS
 from learner.step import Sample
 from schemas.requests import PolicyRequest, SamplingParams
 from schemas.trajectories import TrajectoryCompleted
-
-PROMPT_ENCODERS = ("chat", "bytes")
 
 
 class PromptEncoder(Protocol):

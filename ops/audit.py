@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ops.log_defaults import DEFAULT_STALE_AFTER_S
 from schemas import topics
 from schemas.chain import digest, verify_chain
 from schemas.codec import Codec, DecodeError, DecodeReason, default_codec
@@ -64,8 +65,6 @@ AUDITED_TOPICS: tuple[str, ...] = (
     *(topic for topic, _ in TRAJECTORY_TOPICS.values()),
 )
 """The base names of the topics an audit reads (prefix them with `schemas.topics.topic_name`)."""
-
-DEFAULT_STALE_AFTER_S = 600.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,8 +26,6 @@ from schemas.events import (
     StepExecuted,
 )
 
-DEFAULT_OUTPUT_CHARS = 400
-
 
 def describe_action(action: Action) -> str:
     """A one-line summary of an action (commands in full; file and patch contents by size)."""

@@ -23,14 +23,12 @@ from typing import TYPE_CHECKING, TextIO
 
 from ops.cli import kit
 from ops.cli.run_log_args import add_log_options, kafka_of, local_tasks, log_errors, objects_of
+from ops.log_defaults import DEFAULT_STALE_AFTER_S
 
 if TYPE_CHECKING:  # ops.audit and ops.runlog load the codecs: only when the command runs
     from ops.audit import LogRecord
     from ops.recheck import RecheckReport
     from ops.runlog import LoggedRun
-
-# ops.audit.DEFAULT_STALE_AFTER_S, here so that --help imports nothing heavy (a unit test keeps them equal).
-DEFAULT_STALE_AFTER_S = 600.0
 
 
 def register(subparsers: kit.Subparsers) -> None:

@@ -14,9 +14,7 @@ import sys
 
 from ops.cli import kit
 from ops.cli.run_log_args import add_log_options, kafka_of, log_errors
-
-# ops.replay.DEFAULT_OUTPUT_CHARS, here so that --help imports nothing heavy (a unit test keeps them equal).
-DEFAULT_OUTPUT_CHARS = 400
+from ops.log_defaults import DEFAULT_OUTPUT_CHARS
 
 
 def register(subparsers: kit.Subparsers) -> None:

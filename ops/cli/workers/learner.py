@@ -11,15 +11,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from learner.defaults import DEFAULT_RANK, DEFAULT_TARGETS, IDLE_CHECKPOINT_S, PROMPT_ENCODERS
 from ops.cli import kit
 from streams.errors import StackError
-
-# The learner's defaults, here so that building the parser (every --help) never imports torch, which
-# learner.lora and learner.samples do; a unit test keeps them equal to the learner's own.
-DEFAULT_RANK = 8  # learner.lora.DEFAULT_RANK
-DEFAULT_TARGETS = ("q_proj", "v_proj")  # learner.lora.DEFAULT_TARGETS
-PROMPT_ENCODERS = ("chat", "bytes")  # learner.samples.PROMPT_ENCODERS
-IDLE_CHECKPOINT_S = 10.0  # learner.loop.IDLE_CHECKPOINT_S
 
 
 def register(workers: kit.Subparsers) -> None:

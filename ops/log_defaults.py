@@ -1,0 +1,7 @@
+"""Defaults of reading a run back (`audit`, `replay`): a module of its own, so that the command line shows
+them without importing the codec."""
+
+DEFAULT_STALE_AFTER_S = (
+    600.0  # an episode not ended, silent this long before the run's newest record, is lost
+)
+DEFAULT_OUTPUT_CHARS = 400  # characters of each step's output that `replay` prints
