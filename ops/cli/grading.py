@@ -143,7 +143,7 @@ def report_malformed(prog: str, problems: Sequence[TaskError], *, as_json: bool)
         print(json.dumps({"error": message, "hint": TASKS_HINT, "problems": listed}, indent=2))
     for problem in problems:
         print(f"{prog}: {problem}", file=sys.stderr)
-    print(f"{prog}: {message}\n  hint: {TASKS_HINT}", file=sys.stderr)
+    print(f"{prog}: {message} ({TASKS_HINT})", file=sys.stderr)  # the one-line form of kit.report_error
     return EXIT_ERROR
 
 
