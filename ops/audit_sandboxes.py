@@ -13,7 +13,6 @@ from contextlib import contextmanager
 from ops.paths import Paths
 from sandbox_agent.docker_backend import DockerBackend
 from schemas.blobs import OCTET_STREAM, BlobRef, MemoryObjectStore, ObjectStore
-from streams.errors import StackError
 
 AUDIT_LABEL = "dev.trialog.audit"
 
@@ -41,20 +40,14 @@ class OverlayStore:
 
 @contextmanager
 def audit_backend(objects: ObjectStore, paths: Paths | None = None) -> Iterator[DockerBackend]:
-    """A DockerBackend on the stack's engine whose snapshots go to `objects`."""
-    from ops.stack import docker_engine
+    """A DockerBackend on the stack's engine whose snapshots go to `objects`, labelled as the audit's."""
+    from ops.stack.sandboxes import stack_backend
 
-    engine = docker_engine.current(paths or Paths.from_env())
-    if engine is None:
-        raise StackError("no Docker engine answers", "start the stack first: trialog up")
-    client = engine.client()
-    try:
-        yield DockerBackend(client, objects, labels={AUDIT_LABEL: "1"})
-    finally:
-        client.close()
+    with stack_backend(paths or Paths.from_env(), labels={AUDIT_LABEL: "1"}, objects=objects) as backend:
+        yield backend
 
 
 def default_image() -> str:
-    from ops.stack import images
+    from ops.stack.sandboxes import default_image as stack_image
 
-    return str(images.sandbox_ref())
+    return stack_image()

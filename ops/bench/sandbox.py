@@ -357,9 +357,7 @@ def render(args: argparse.Namespace, machine: str, spec: SandboxSpec, s: dict[st
 
 def run(args: argparse.Namespace) -> int:
     paths = Paths.from_env()
-    engine = docker_engine.current(paths)
-    if engine is None:
-        raise StackError("no Docker engine answers", "run `trialog up` first")
+    engine = docker_engine.require(paths)
     client = engine.client()
     if images.missing(client):
         raise StackError(f"images missing: {images.missing(client)}", "run `trialog sandbox images` first")

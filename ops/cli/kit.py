@@ -39,7 +39,6 @@ EXIT_OK, EXIT_FOUND, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 # A command that needs a service answers within this when the service is not there (issue: 5 s at most).
 SERVICE_PROBE_S = 3.0
 KAFKA_HINT = "start the local stack (trialog up) or name a broker with --bootstrap HOST:PORT"
-DOCKER_HINT = "start the local stack: trialog up"
 
 Handler = Callable[[argparse.Namespace], int]
 T = TypeVar("T")
@@ -254,10 +253,7 @@ def require_docker() -> Any:
     from ops.paths import Paths
     from ops.stack import docker_engine
 
-    engine = docker_engine.current(Paths.from_env())
-    if engine is None:
-        raise StackError("no Docker engine answers", DOCKER_HINT)
-    return engine
+    return docker_engine.require(Paths.from_env())
 
 
 # -- a worker process -------------------------------------------------------------------------------------

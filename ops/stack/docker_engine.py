@@ -82,6 +82,17 @@ def current(paths: Paths) -> Engine | None:
     return None
 
 
+NO_ENGINE_HINT = "start the local stack: trialog up"
+
+
+def require(paths: Paths) -> Engine:
+    """The engine this stack uses, or a `StackError` with the fix at once (for a command that needs one)."""
+    engine = current(paths)
+    if engine is None:
+        raise StackError("no Docker engine answers", NO_ENGINE_HINT)
+    return engine
+
+
 def ensure(paths: Paths) -> Engine:
     engine = current(paths)
     if engine is None:

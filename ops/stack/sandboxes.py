@@ -8,19 +8,17 @@ from contextlib import contextmanager
 from ops.paths import Paths
 from ops.stack import docker_engine, images
 from sandbox_agent.docker_backend import DockerBackend
-from schemas.blobs import LocalObjectStore
-from streams.errors import StackError
+from schemas.blobs import LocalObjectStore, ObjectStore
 
 
 @contextmanager
-def stack_backend(paths: Paths, labels: Mapping[str, str] | None = None) -> Iterator[DockerBackend]:
-    """A DockerBackend on the stack's engine, snapshotting into the stack's object store."""
-    engine = docker_engine.current(paths)
-    if engine is None:
-        raise StackError("no Docker engine answers", "start the stack first: trialog up")
-    client = engine.client()
+def stack_backend(
+    paths: Paths, labels: Mapping[str, str] | None = None, objects: ObjectStore | None = None
+) -> Iterator[DockerBackend]:
+    """A DockerBackend on the stack's engine, snapshotting into `objects` (default: the stack's store)."""
+    client = docker_engine.require(paths).client()
     try:
-        yield DockerBackend(client, LocalObjectStore(paths.objects), labels=labels)
+        yield DockerBackend(client, objects or LocalObjectStore(paths.objects), labels=labels)
     finally:
         client.close()
 

@@ -17,6 +17,7 @@ import pytest
 from ops.cli import kit
 from ops.cli.main import BENCHMARKS, bench_parser, build_parser, main
 from ops.paths import REPO_ROOT
+from ops.stack import docker_engine
 from tests.unit.tasks.helpers import make_task
 
 EXAMPLE_TASK = REPO_ROOT / "examples" / "tasks" / "easy-fix-add"
@@ -27,7 +28,6 @@ def no_services(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No Docker engine, and any attempt to reach one fails the test: a refused value must come first."""
     monkeypatch.setenv("TRIALOG_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-such.sock")
-    from ops.stack import docker_engine
 
     def touched(*_: Any, **__: Any) -> Any:
         raise AssertionError("a Docker engine was looked for")
@@ -127,12 +127,11 @@ def test_a_usage_error_under_json_is_one_json_object_on_stdout(capsys: pytest.Ca
 def test_a_missing_engine_under_json_is_one_json_object(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from ops.stack import docker_engine
 
     monkeypatch.setattr(docker_engine, "current", lambda paths: None)
     assert main(["sandbox", "images", "--no-build", "--json"]) == kit.EXIT_ERROR
     out, err = capsys.readouterr()
-    assert json.loads(out) == {"error": "no Docker engine answers", "hint": kit.DOCKER_HINT}
+    assert json.loads(out) == {"error": "no Docker engine answers", "hint": docker_engine.NO_ENGINE_HINT}
     assert err.startswith("trialog sandbox images: no Docker engine answers")
 
 
