@@ -92,16 +92,11 @@ def add_validate(commands: kit.Subparsers) -> None:
         kit.add_json(command, "print one JSON document: every task's verdict, or the problems found")
     publish.add_argument(
         "--run",
-        type=_run_prefix,
+        type=kit.run_id,
         default="",
         help="the run whose `tasks` topic to publish to ('' for none)",
     )
     kit.add_bootstrap(publish)
-
-
-def _run_prefix(text: str) -> str:
-    """'' (the topics without a prefix) or a run's id."""
-    return text and kit.identifier(text)
 
 
 @contextmanager

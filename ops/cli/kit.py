@@ -193,11 +193,20 @@ def add_bootstrap(parser: argparse.ArgumentParser) -> None:
 def add_run(parser: argparse.ArgumentParser, *, positional: bool = False) -> None:
     """The run: the positional RUN of commands about one run, `--run` for a worker serving one."""
     if positional:
-        parser.add_argument("run", metavar="RUN", help="the run's id (its topic prefix)")
+        parser.add_argument("run", metavar="RUN", type=run_id, help="the run's id (its topic prefix)")
     else:
         parser.add_argument(
-            "--run", default="", help="the run's id, its topic prefix (default: none, the bare topic names)"
+            "--run",
+            type=run_id,
+            default="",
+            help="the run's id, its topic prefix (default: none, the bare topic names)",
         )
+
+
+def run_id(text: str) -> str:
+    """'' (the bare topic names) or a run's id: its characters are those of a topic name (`identifier`),
+    so a bad one is refused when parsed, not by the broker."""
+    return text and identifier(text)
 
 
 def add_instance(parser: argparse.ArgumentParser) -> None:

@@ -37,7 +37,9 @@ def register(subparsers: kit.Subparsers) -> None:
     command.add_argument(
         "episode", metavar="EPISODE", help="the episode's id (trialog replay RUN lists them)"
     )
-    command.add_argument("--run", required=True, help="the run's id (its topic prefix; '' for none)")
+    command.add_argument(
+        "--run", type=kit.run_id, required=True, help="the run's id (its topic prefix; '' for none)"
+    )
     kit.add_json(command)
     add_log_options(command, objects=True, tasks=True)
 

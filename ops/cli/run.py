@@ -66,7 +66,9 @@ def register(subparsers: kit.Subparsers) -> None:
         help="task folders or folders of them",
     )  # fmt: skip
     start.add_argument("--policy", choices=POLICIES, required=True, help="the rollout workers' policy plugin")
-    start.add_argument("--run", help="the run's id, its topic prefix (default: a new `run-<hex>`)")
+    start.add_argument(
+        "--run", type=kit.run_id, help="the run's id, its topic prefix (default: a new `run-<hex>`)"
+    )
     start.add_argument(
         "--rollout-arg", action="append", default=[], metavar="ARG",
         help="an extra argument for the spawned rollout worker, e.g. --rollout-arg=--batch=4 (repeatable)",

@@ -73,6 +73,12 @@ REFUSED = [
     ([*START, "--episodes", "2", "--max-steps", "-1"], "--max-steps"),
     ([*START, "--episodes", "2", "--metrics-port", "70000"], "--metrics-port"),
     (["run", "status", "r1", "--bootstrap", "localhost"], "--bootstrap"),
+    # A run's id is part of topic names: a character Kafka refuses in one is refused when parsed.
+    (["run", "status", "bad/run"], "RUN"),
+    (["audit", "a run"], "RUN"),
+    ([*START, "--episodes", "2", "--run", ".x"], "--run"),
+    (["reproduce", "ep-1", "--run", "r:1"], "--run"),
+    (["worker", "streams", "--run", "r/1"], "--run"),
     (["audit", "r1", "--timeout", "0"], "--timeout"),
     (["audit", "r1", "--timeout", "nan"], "--timeout"),
     (["audit", "r1", "--stale-after", "inf"], "--stale-after"),
