@@ -1,6 +1,6 @@
 """The reward rule and the verdict: a pure function of what the verifier observed.
 
-    tampered                      -> -1.0  tampered
+    tampered (paths or signals)   -> -1.0  tampered
     build failed                  -> -0.5  build_failed
     every frozen test passed      ->  1.0  pass
     otherwise                     ->  passed/total - 0.2   partial (some passed) or fail (none passed)
@@ -53,6 +53,9 @@ class Grade:
     failed_tests: tuple[str, ...]
     tampered_paths: tuple[str, ...] = ()
     detail: str = ""
+    # Evidence of tampering seen while the tests ran (the harness refused an introspection of its own
+    # frames, a framework object was replaced, a value compared equal to everything): one line each.
+    tamper_signals: tuple[str, ...] = ()
 
     @property
     def trainable(self) -> bool:
@@ -69,6 +72,7 @@ class Grade:
             "failed_tests": list(self.failed_tests),
             # The wire form: printable and reversible, whatever bytes the agent named a file with.
             "tampered_paths": [to_wire(path) for path in self.tampered_paths],
+            "tamper_signals": list(self.tamper_signals),
         }
 
 
@@ -77,6 +81,7 @@ def grade(
     expected: Sequence[str],
     reports: Iterable[tuple[str, Outcome]],
     tampered_paths: Iterable[str] = (),
+    tamper_signals: Iterable[str] = (),
     build_ok: bool = True,
 ) -> Grade:
     """Grade one workspace.
@@ -87,9 +92,12 @@ def grade(
     """
     expected_ids = tuple(dict.fromkeys(expected))
     tampered = tuple(sorted(set(tampered_paths)))
+    signals = tuple(dict.fromkeys(tamper_signals))
     total = len(expected_ids)
-    if tampered:
-        return Grade(TAMPERED_REWARD, Verdict.TAMPERED, 0, total, expected_ids, tampered)
+    if tampered or signals:
+        return Grade(
+            TAMPERED_REWARD, Verdict.TAMPERED, 0, total, expected_ids, tampered, tamper_signals=signals
+        )
     if not build_ok:
         return Grade(BUILD_FAILED_REWARD, Verdict.BUILD_FAILED, 0, total, expected_ids)
     if not total:

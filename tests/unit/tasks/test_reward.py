@@ -103,7 +103,16 @@ def test_json_shape() -> None:
         "total": 4,
         "failed_tests": ["t.py::d"],
         "tampered_paths": [],
+        "tamper_signals": [],
     }
+
+
+def test_a_tamper_signal_grades_tampered_whatever_passed() -> None:
+    signal = "audit: gc.get_objects refused"
+    result = grade(expected=IDS, reports=[(i, P) for i in IDS], tamper_signals=[signal, signal])
+    assert (result.verdict, result.reward) == (Verdict.TAMPERED, -1.0)
+    assert result.tamper_signals == (signal,) and result.tampered_paths == ()
+    assert result.as_dict()["tamper_signals"] == [signal]
 
 
 @given(
