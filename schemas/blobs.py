@@ -76,7 +76,7 @@ class LocalObjectStore:
         ref = BlobRef.of(data, media_type)
         folder = os.path.join(self.root, ref.sha256[:2])
         final = os.path.join(folder, ref.sha256)
-        if os.path.exists(final):  # content-addressed: an existing file already holds these bytes
+        if _refresh(final):  # content-addressed: an existing file already holds these bytes
             return ref
         if folder not in self._made:
             os.makedirs(folder, exist_ok=True)
@@ -102,7 +102,19 @@ class LocalObjectStore:
         return _verified(ref, data)
 
     def contains(self, sha256: str) -> bool:
-        return self._path(sha256).is_file()
+        """Whether the blob is stored; a stored one counts as just written (see `_refresh`)."""
+        return _refresh(str(self._path(sha256)))
+
+
+def _refresh(path: str) -> bool:
+    """Touch a stored blob, True if it exists. Its modification time is when it was last written or asked
+    for: a writer that finds a blob already there (a snapshot reusing a file) relies on it staying, and the
+    store's clean-up (`ops.objects_gc`) keeps every blob touched within its grace period."""
+    try:
+        os.utime(path)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 class MemoryObjectStore:

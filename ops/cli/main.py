@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ops.cli import audit, demo, kit, model, replay, report, reproduce, run, sandbox, tasks
+from ops.cli import audit, demo, kit, model, objects, replay, report, reproduce, run, sandbox, tasks
 from ops.cli.workers import learner, rollout, scheduler, streams, verifier
 from ops.cli.workers import sandbox as sandbox_worker
 from streams.errors import StackError
@@ -25,6 +25,7 @@ COMMAND_GROUPS: tuple[Callable[[kit.Subparsers], None], ...] = (
     reproduce.register,
     report.register,
     demo.register,
+    objects.register,
 )
 # The worker process kinds under `trialog worker`, added the same way.
 WORKER_GROUPS: tuple[Callable[[kit.Subparsers], None], ...] = (

@@ -1,0 +1,308 @@
+"""Cleaning the object store: delete the blobs that no record still needed names (mark, then sweep).
+
+Content addressing never overwrites and never forgets: over a weeks-long run every step's new files, every
+large output, every verifier report and every weights file stays in the store. Most of it stops mattering
+once its episode is past auditing; some of it must outlive any window. This module decides which is which
+from the log itself, so that the store and the topics cannot disagree.
+
+Live (marked), on every run's topics the broker holds:
+- every `BlobRef` and every snapshot id (its manifest and each file the manifest lists) named by a record
+  written within the audit window (`--window-days`). An episode older than the window is past auditing:
+  `audit --recheck` or `reproduce` of it reports its snapshots missing afterwards, which is what a window
+  means;
+- everything the `tasks` topics name, whatever its age: the task set in force (bundles, initial snapshots);
+- each run's newest `PolicyPublished`, whatever its age: the weights a restarted rollout worker loads.
+
+Young (kept): a blob written within the grace period (`--grace-hours`), named or not. A snapshot is stored
+before the StepExecuted that names it is produced, and weights before their PolicyPublished: the grace
+must exceed the longest such gap (the default, a day, exceeds any step's timeout by far). A blob put again
+while it exists gets its modification time refreshed by the store, so a file a new snapshot reuses counts as
+young too.
+
+Everything else is deleted, and so are writers' temporary files older than the grace (a writer killed
+between its write and its rename). Files whose names are not the store's are never touched.
+
+The mark reads every topic to its end before anything is deleted, and any read that fails stops the whole
+clean-up: a partial mark would delete live blobs. A manifest that cannot be read is reported (its files
+stay only if something else names them): its snapshot was broken before the clean-up ran.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ops.log_defaults import DEFAULT_GC_GRACE_HOURS, DEFAULT_GC_WINDOW_DAYS
+from sandbox_agent.manifest import SnapshotId
+from sandbox_agent.snapshots import SnapshotStore
+from schemas.blobs import BlobIntegrityError, BlobRef, ObjectStore
+from schemas.topics import POLICY_VERSIONS, TASKS, TOPICS
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_SNAPSHOT_ID = re.compile(r"snap-[0-9a-f]{64}-\d+")
+_BLOB_FIELDS = frozenset({"sha256", "size", "media_type"})
+TEMP_PREFIX = ".tmp-"  # LocalObjectStore's temporary names
+
+
+# -- what records name ---------------------------------------------------------------------------------
+
+
+def named_in(value: object) -> Iterator[BlobRef | SnapshotId]:
+    """Every blob reference and snapshot id anywhere in a decoded record (any schema, any depth).
+
+    Walking the decoded record instead of listing fields keeps the clean-up right when a schema gains a
+    reference: a new field that holds a `BlobRef` is found without a change here."""
+    if isinstance(value, Mapping):
+        if _is_blob_ref(value):
+            yield BlobRef.from_record(value)
+        for item in value.values():
+            yield from named_in(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from named_in(item)
+    elif isinstance(value, str) and value.startswith("snap-") and _SNAPSHOT_ID.fullmatch(value):
+        yield SnapshotId.parse(value)
+
+
+def _is_blob_ref(value: Mapping[str, Any]) -> bool:
+    sha256, size = value.get("sha256"), value.get("size")
+    return (
+        value.keys() >= _BLOB_FIELDS
+        and isinstance(sha256, str)
+        and _SHA256.fullmatch(sha256) is not None
+        and isinstance(size, int)
+    )
+
+
+@dataclass
+class Marker:
+    """Collects what the records name, applying the window and the always-live rules (pure: the caller
+    reads the topics and passes each decoded record with its topic's base name, run and timestamp)."""
+
+    window_start_ms: int
+    blobs: set[str] = field(default_factory=set)
+    snapshots: set[SnapshotId] = field(default_factory=set)
+    records: int = 0
+    _newest_policy: dict[str, tuple[int, tuple[BlobRef | SnapshotId, ...]]] = field(default_factory=dict)
+
+    def add(self, base: str, run: str, timestamp_ms: int, record: Mapping[str, Any]) -> None:
+        self.records += 1
+        named = tuple(named_in(record))
+        if base == POLICY_VERSIONS.name:
+            newest = self._newest_policy.get(run)
+            if newest is None or timestamp_ms >= newest[0]:
+                self._newest_policy[run] = (timestamp_ms, named)
+        if base == TASKS.name or timestamp_ms >= self.window_start_ms:
+            self._mark(named)
+
+    def _mark(self, named: Iterable[BlobRef | SnapshotId]) -> None:
+        for item in named:
+            if isinstance(item, SnapshotId):
+                self.snapshots.add(item)
+            else:
+                self.blobs.add(item.sha256)
+
+    def live(self, snapshots: SnapshotStore) -> tuple[set[str], list[str]]:
+        """The live blob hashes (snapshots expanded through their manifests) and the snapshot ids whose
+        manifest could not be read."""
+        for _, named in self._newest_policy.values():
+            self._mark(named)
+        live = set(self.blobs)
+        broken = []
+        for snapshot_id in sorted(self.snapshots, key=str):
+            live.add(snapshot_id.sha256)
+            try:
+                manifest = snapshots.load(snapshot_id)
+            except (BlobIntegrityError, ValueError):
+                broken.append(str(snapshot_id))
+                continue
+            live.update(entry.sha256 for entry in manifest.files)
+        return live, broken
+
+
+# -- what the store holds, and what goes -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StoredBlob:
+    name: str  # the sha256, or a temporary file's name
+    path: Path
+    size: int
+    mtime_s: float
+
+    @property
+    def temporary(self) -> bool:
+        return self.name.startswith(TEMP_PREFIX)
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    delete: tuple[StoredBlob, ...]
+    live: int  # stored blobs that a record names
+    young: int  # stored, unnamed, within the grace period
+
+    @property
+    def bytes_freed(self) -> int:
+        return sum(blob.size for blob in self.delete)
+
+
+def plan_sweep(stored: Iterable[StoredBlob], live: set[str], now_s: float, grace_s: float) -> SweepPlan:
+    """Which stored blobs to delete: not named by a live record and older than the grace period."""
+    delete, named, young = [], 0, 0
+    for blob in stored:
+        if not blob.temporary and blob.name in live:
+            named += 1
+        elif now_s - blob.mtime_s < grace_s:
+            young += 1
+        else:
+            delete.append(blob)
+    return SweepPlan(tuple(sorted(delete, key=lambda b: b.name)), named, young)
+
+
+class BlobFolder:
+    """The files of a `LocalObjectStore` (`<root>/<sha[:2]>/<sha>`): listing and deleting them."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def stored(self) -> Iterator[StoredBlob]:
+        if not self.root.is_dir():
+            return
+        for fan in sorted(self.root.iterdir()):
+            if not (fan.is_dir() and not fan.is_symlink() and re.fullmatch(r"[0-9a-f]{2}", fan.name)):
+                continue
+            for path in sorted(fan.iterdir()):
+                ours = path.name.startswith(TEMP_PREFIX) or (
+                    _SHA256.fullmatch(path.name) is not None and path.name.startswith(fan.name)
+                )
+                info = path.lstat()
+                if ours and path.is_file() and not path.is_symlink():
+                    yield StoredBlob(path.name, path, info.st_size, info.st_mtime)
+
+    def delete(self, blob: StoredBlob) -> bool:
+        try:
+            os.unlink(blob.path)
+        except FileNotFoundError:
+            return False
+        return True
+
+
+# -- reading the log -------------------------------------------------------------------------------------
+
+
+def run_topics(names: Iterable[str]) -> list[tuple[str, str, str]]:
+    """(topic, run, base name) for each of `names` that is a trialog topic of some run."""
+    bases = {topic.name for topic in TOPICS}
+    found = []
+    for name in sorted(names):
+        for base in bases:
+            if name == base:
+                found.append((name, "", base))
+            elif name.endswith(f".{base}"):
+                found.append((name, name[: -len(base) - 1], base))
+    return found
+
+
+@dataclass(frozen=True)
+class CleanupReport:
+    topics: int
+    records: int
+    undecodable: int
+    live: int
+    young: int
+    deleted: int
+    bytes_freed: int
+    broken_snapshots: tuple[str, ...]
+    applied: bool  # False: a preview (nothing deleted)
+    seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "applied": self.applied,
+            "topics": self.topics,
+            "records": self.records,
+            "undecodable": self.undecodable,
+            "live": self.live,
+            "young": self.young,
+            "deleted": self.deleted,
+            "bytes_freed": self.bytes_freed,
+            "broken_snapshots": list(self.broken_snapshots),
+            "seconds": round(self.seconds, 3),
+        }
+
+
+RecordSource = Callable[[Sequence[str], int | None], Iterator[tuple[str, int, bytes | None]]]
+"""Reads topics to their end: (topic, timestamp ms, value) for each record, from the first record at or
+after the given time (None: from the beginning)."""
+
+
+def collect_garbage(
+    topic_names: Iterable[str],
+    read: RecordSource,
+    store: ObjectStore,
+    folder: BlobFolder,
+    *,
+    window_s: float = DEFAULT_GC_WINDOW_DAYS * 86400,
+    grace_s: float = DEFAULT_GC_GRACE_HOURS * 3600,
+    apply: bool = False,
+    now_s: Callable[[], float] = time.time,
+) -> CleanupReport:
+    """Mark from every trialog topic among `topic_names`, then delete (when `apply`) what is not live."""
+    from schemas.codec import DecodeError, default_codec
+
+    started = time.monotonic()
+    codec = default_codec()
+    now = now_s()
+    marker = Marker(window_start_ms=int((now - window_s) * 1000))
+    topics = run_topics(topic_names)
+    runs = {topic: (run, base) for topic, run, base in topics}
+    # The always-live topics from their beginning; the others only within the window.
+    whole = [topic for topic, _, base in topics if base in (TASKS.name, POLICY_VERSIONS.name)]
+    windowed = [topic for topic, _, base in topics if topic not in whole]
+    undecodable = 0
+    for names, since_ms in ((whole, None), (windowed, marker.window_start_ms)):
+        if not names:
+            continue
+        for topic, timestamp_ms, value in read(names, since_ms):
+            if value is None:
+                continue  # a compaction tombstone names nothing
+            try:
+                _, record = codec.decode_record(value)
+            except DecodeError:
+                undecodable += 1  # the streams worker dead-lettered it: nothing it names was ever used
+                continue
+            run, base = runs[topic]
+            marker.add(base, run, timestamp_ms, record)
+    live, broken = marker.live(SnapshotStore(store))
+    # Listed after the mark: a blob written during the mark is young, never deleted for being unseen.
+    plan = plan_sweep(folder.stored(), live, now_s(), grace_s)
+    deleted = sum(folder.delete(blob) for blob in plan.delete) if apply else len(plan.delete)
+    return CleanupReport(
+        len(topics), marker.records, undecodable, plan.live, plan.young, deleted, plan.bytes_freed,
+        tuple(broken), apply, time.monotonic() - started,
+    )  # fmt: skip
+
+
+def kafka_source(bootstrap: str, timeout_s: float) -> tuple[list[str], RecordSource]:
+    """The broker's topic names and a reader of them (kafka-python, no consumer group)."""
+    from kafka import KafkaConsumer
+
+    from streams.kafka.reader import LogReader
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
+    try:
+        names = sorted(consumer.topics())
+    finally:
+        consumer.close()
+
+    def read(topics: Sequence[str], since_ms: int | None) -> Iterator[tuple[str, int, bytes | None]]:
+        with LogReader(bootstrap, topics, since_ms=since_ms, client_id="trialog-objects-gc") as reader:
+            for record in reader.to_end(timeout_s=timeout_s):
+                yield record.topic, int(record.timestamp), record.value
+
+    return names, read

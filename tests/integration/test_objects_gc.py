@@ -1,0 +1,74 @@
+"""`trialog objects gc` against real Kafka: records with old and recent broker timestamps, a real store."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from kafka import KafkaProducer
+
+from ops.cli.main import main as trialog
+from sandbox_agent.hosttree import read_tree
+from sandbox_agent.manifest import SnapshotId
+from sandbox_agent.snapshots import SnapshotStore
+from schemas.blobs import LocalObjectStore
+from schemas.codec import default_codec
+from schemas.testing import EpisodeScript
+from schemas.topics import EPISODE_EVENTS
+from streams.kafka.topics import ensure_topics
+
+DAY_S = 86400.0
+
+
+def _old_snapshot(store: LocalObjectStore, root: Path, data: bytes) -> SnapshotId:
+    root.mkdir()
+    (root / "main.py").write_bytes(data)
+    manifest, contents = read_tree(root)
+    snapshot = SnapshotStore(store).save(manifest, contents)
+    month_ago = time.time() - 30 * DAY_S
+    for sha256 in (snapshot.sha256, *(entry.sha256 for entry in manifest.files)):
+        os.utime(store.root / sha256[:2] / sha256, (month_ago, month_ago))
+    return snapshot
+
+
+def _stored(store: LocalObjectStore, snapshot: SnapshotId) -> bool:
+    return (store.root / snapshot.sha256[:2] / snapshot.sha256).is_file()
+
+
+def test_old_episodes_blobs_go_and_recent_ones_stay(
+    kafka_bootstrap: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = f"gc{uuid.uuid4().hex[:6]}"
+    ensure_topics(kafka_bootstrap, run)
+    store = LocalObjectStore(tmp_path / "objects")
+    old = _old_snapshot(store, tmp_path / "old", b"print('an episode of last month')\n")
+    recent = _old_snapshot(store, tmp_path / "recent", b"print('an episode of yesterday')\n")
+    codec = default_codec()
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
+    try:
+        for episode_id, snapshot, age_s in (("ep-old", old, 20 * DAY_S), ("ep-new", recent, DAY_S)):
+            script = EpisodeScript(codec, episode_id=episode_id)
+            script.start()
+            script.execute(snapshot_id=str(snapshot))
+            at_ms = int((time.time() - age_s) * 1000)
+            for data in script.records:
+                producer.send(EPISODE_EVENTS.of(run), key=episode_id.encode(), value=data, timestamp_ms=at_ms)
+        producer.flush(timeout=30)
+    finally:
+        producer.close()
+
+    argv = ["objects", "gc", "--objects", str(store.root), "--bootstrap", kafka_bootstrap, "--json"]
+    assert trialog([*argv, "--timeout", "30"]) == 0
+    preview = json.loads(capsys.readouterr().out)
+    assert preview["applied"] is False and preview["deleted"] == 2 and _stored(store, old)
+
+    assert trialog([*argv, "--timeout", "30", "--delete"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["applied"] is True and report["deleted"] == 2  # the old manifest and its one file
+    assert not _stored(store, old)
+    assert _stored(store, recent)
+    assert SnapshotStore(store).load(recent).files[0].path == "main.py"
