@@ -85,7 +85,7 @@ def announce_once(announcer: Announcer, published: PolicyPublished, store: Objec
     not something to announce."""
     if published.version in announcer.announced_versions(published.run_id):
         return False
-    if not store.contains(published.weights.sha256):
+    if not store.contains(published.weights.sha256, published.weights.media_type):
         raise FileNotFoundError(
             f"weights of version {published.version} ({published.weights.sha256}) missing"
         )

@@ -25,17 +25,17 @@ class OverlayStore:
         self.scratch = MemoryObjectStore()
 
     def put(self, data: bytes, media_type: str = OCTET_STREAM) -> BlobRef:
-        if self.base.contains(BlobRef.of(data).sha256):
+        if self.base.contains(BlobRef.of(data).sha256, media_type):
             return BlobRef.of(data, media_type)
         return self.scratch.put(data, media_type)
 
     def get(self, ref: BlobRef) -> bytes:
-        if self.scratch.contains(ref.sha256):
+        if self.scratch.contains(ref.sha256, ref.media_type):
             return self.scratch.get(ref)
         return self.base.get(ref)
 
-    def contains(self, sha256: str) -> bool:
-        return self.scratch.contains(sha256) or self.base.contains(sha256)
+    def contains(self, sha256: str, media_type: str = OCTET_STREAM) -> bool:
+        return self.scratch.contains(sha256, media_type) or self.base.contains(sha256, media_type)
 
 
 @contextmanager

@@ -19,8 +19,9 @@ must exceed the longest such gap (the default, a day, exceeds any step's timeout
 while it exists gets its modification time refreshed by the store, so a file a new snapshot reuses counts as
 young too.
 
-Everything else is deleted, and so are writers' temporary files older than the grace (a writer killed
-between its write and its rename). Files whose names are not the store's are never touched.
+A live hash keeps its blob under every media type it is stored with. Everything else is deleted, and so
+are writers' temporary files older than the grace (a writer killed between its write and its rename).
+Files whose names are not the store's are never touched.
 
 The mark reads every topic to its end before anything is deleted, and any read that fails stops the whole
 clean-up: a partial mark would delete live blobs. A manifest that cannot be read is reported (its files
@@ -40,7 +41,7 @@ from typing import Any
 from ops.log_defaults import DEFAULT_GC_GRACE_HOURS, DEFAULT_GC_WINDOW_DAYS
 from sandbox_agent.manifest import SnapshotId
 from sandbox_agent.snapshots import SnapshotStore
-from schemas.blobs import BlobIntegrityError, BlobRef, ObjectStore
+from schemas.blobs import TYPED_FOLDER, BlobIntegrityError, BlobRef, ObjectStore
 from schemas.topics import POLICY_VERSIONS, TASKS, TOPICS
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -165,15 +166,23 @@ def plan_sweep(stored: Iterable[StoredBlob], live: set[str], now_s: float, grace
 
 
 class BlobFolder:
-    """The files of a `LocalObjectStore` (`<root>/<sha[:2]>/<sha>`): listing and deleting them."""
+    """The files of a `LocalObjectStore` (`<root>/<sha[:2]>/<sha>`, and the same under each folder of
+    `<root>/typed/`): listing and deleting them."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
 
     def stored(self) -> Iterator[StoredBlob]:
-        if not self.root.is_dir():
+        typed = self.root / TYPED_FOLDER
+        kinds = sorted(typed.iterdir()) if typed.is_dir() and not typed.is_symlink() else []
+        for folder in (self.root, *(kind for kind in kinds if kind.is_dir() and not kind.is_symlink())):
+            yield from self._fanned(folder)
+
+    @staticmethod
+    def _fanned(folder: Path) -> Iterator[StoredBlob]:
+        if not folder.is_dir():
             return
-        for fan in sorted(self.root.iterdir()):
+        for fan in sorted(folder.iterdir()):
             if not (fan.is_dir() and not fan.is_symlink() and re.fullmatch(r"[0-9a-f]{2}", fan.name)):
                 continue
             for path in sorted(fan.iterdir()):

@@ -41,7 +41,7 @@ class SnapshotStore:
         self._put_all(list(new.values()))
         data = manifest.to_bytes()
         snapshot_id = manifest.snapshot_id()
-        if not self.objects.contains(snapshot_id.sha256):
+        if not self.objects.contains(snapshot_id.sha256, MANIFEST_MEDIA_TYPE):
             self.objects.put(data, MANIFEST_MEDIA_TYPE)
         return snapshot_id
 

@@ -3,12 +3,19 @@
 A payload under the inline cap travels inside the record; a larger one is put in the object store and the
 record carries its sha256 and size. The store is an interface; a local folder is the default, and an
 S3-compatible store only has to implement the same three methods.
+
+Blobs are typed: a blob is stored under its media type as well as its hash, and a reference finds only a
+blob put with the reference's type. Content addressing alone would let any bytes serve as anything: a file
+an agent wrote in its workspace (stored as `application/octet-stream` by the step's snapshot) could be
+read as a snapshot manifest or a task bundle by a reference that names its hash. With types, a manifest
+reference reads only what trialog stored as a manifest. The same bytes put under two types are two blobs.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -50,10 +57,11 @@ class ObjectStore(Protocol):
     def put(self, data: bytes, media_type: str = OCTET_STREAM) -> BlobRef: ...
 
     def get(self, ref: BlobRef) -> bytes:
-        """The payload, verified against its hash; BlobIntegrityError if missing or corrupt."""
+        """The payload put with `ref`'s media type, verified against its hash; BlobIntegrityError if
+        missing (under that type) or corrupt."""
         ...
 
-    def contains(self, sha256: str) -> bool: ...
+    def contains(self, sha256: str, media_type: str = OCTET_STREAM) -> bool: ...
 
 
 def _verified(ref: BlobRef, data: bytes) -> bytes:
@@ -62,19 +70,35 @@ def _verified(ref: BlobRef, data: bytes) -> bytes:
     return data
 
 
+TYPED_FOLDER = "typed"  # under a local store's root: one folder per media type other than octet-stream
+
+
+def type_folder(media_type: str) -> str:
+    """A media type as a folder name: readable, and distinct for distinct types (a hash of the exact type)."""
+    readable = re.sub(r"[^A-Za-z0-9.+-]+", "_", media_type)[:48]
+    return f"{readable}-{hashlib.sha256(media_type.encode()).hexdigest()[:8]}"
+
+
 class LocalObjectStore:
-    """Blobs as files `<root>/<sha[:2]>/<sha>`, written atomically, verified on read."""
+    """Blobs as files, written atomically, verified on read: `<root>/<sha[:2]>/<sha>` for octet-stream
+    (workspace files, most blobs), `<root>/typed/<type>/<sha[:2]>/<sha>` for every other media type."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self._made: set[str] = set()  # fan-out folders known to exist: a snapshot puts thousands of blobs
 
-    def _path(self, sha256: str) -> Path:
-        return self.root / sha256[:2] / sha256
+    def _folder(self, sha256: str, media_type: str) -> str:
+        if media_type == OCTET_STREAM:
+            return os.path.join(self.root, sha256[:2])
+        return os.path.join(self.root, TYPED_FOLDER, type_folder(media_type), sha256[:2])
+
+    def path_of(self, sha256: str, media_type: str = OCTET_STREAM) -> Path:
+        """Where the blob is (or would be) stored: for tools that look after the folder."""
+        return Path(self._folder(sha256, media_type), sha256)
 
     def put(self, data: bytes, media_type: str = OCTET_STREAM) -> BlobRef:
         ref = BlobRef.of(data, media_type)
-        folder = os.path.join(self.root, ref.sha256[:2])
+        folder = self._folder(ref.sha256, media_type)
         final = os.path.join(folder, ref.sha256)
         if _refresh(final):  # content-addressed: an existing file already holds these bytes
             return ref
@@ -96,14 +120,16 @@ class LocalObjectStore:
 
     def get(self, ref: BlobRef) -> bytes:
         try:
-            data = self._path(ref.sha256).read_bytes()
+            data = self.path_of(ref.sha256, ref.media_type).read_bytes()
         except FileNotFoundError:
-            raise BlobIntegrityError(f"blob {ref.sha256} is missing from {self.root}") from None
+            raise BlobIntegrityError(
+                f"blob {ref.sha256} ({ref.media_type}) is missing from {self.root}"
+            ) from None
         return _verified(ref, data)
 
-    def contains(self, sha256: str) -> bool:
+    def contains(self, sha256: str, media_type: str = OCTET_STREAM) -> bool:
         """Whether the blob is stored; a stored one counts as just written (see `_refresh`)."""
-        return _refresh(str(self._path(sha256)))
+        return _refresh(str(self.path_of(sha256, media_type)))
 
 
 def _refresh(path: str) -> bool:
@@ -118,23 +144,29 @@ def _refresh(path: str) -> bool:
 
 
 class MemoryObjectStore:
-    """An object store in a dict, for tests and tools."""
+    """An object store in a dict, for tests and tools: keyed by `memory_key` (the hash, and the media type
+    unless it is octet-stream)."""
 
     def __init__(self) -> None:
         self.blobs: dict[str, bytes] = {}
 
     def put(self, data: bytes, media_type: str = OCTET_STREAM) -> BlobRef:
         ref = BlobRef.of(data, media_type)
-        self.blobs[ref.sha256] = data
+        self.blobs[memory_key(ref.sha256, media_type)] = data
         return ref
 
     def get(self, ref: BlobRef) -> bytes:
-        if ref.sha256 not in self.blobs:
-            raise BlobIntegrityError(f"blob {ref.sha256} is missing")
-        return _verified(ref, self.blobs[ref.sha256])
+        key = memory_key(ref.sha256, ref.media_type)
+        if key not in self.blobs:
+            raise BlobIntegrityError(f"blob {ref.sha256} ({ref.media_type}) is missing")
+        return _verified(ref, self.blobs[key])
 
-    def contains(self, sha256: str) -> bool:
-        return sha256 in self.blobs
+    def contains(self, sha256: str, media_type: str = OCTET_STREAM) -> bool:
+        return memory_key(sha256, media_type) in self.blobs
+
+
+def memory_key(sha256: str, media_type: str) -> str:
+    return sha256 if media_type == OCTET_STREAM else f"{sha256} {media_type}"
 
 
 def inline_or_ref(data: bytes, store: ObjectStore, cap: int = DEFAULT_INLINE_CAP) -> bytes | BlobRef:

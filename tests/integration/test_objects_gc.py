@@ -13,7 +13,7 @@ from kafka import KafkaProducer
 
 from ops.cli.main import main as trialog
 from sandbox_agent.hosttree import read_tree
-from sandbox_agent.manifest import SnapshotId
+from sandbox_agent.manifest import MANIFEST_MEDIA_TYPE, SnapshotId
 from sandbox_agent.snapshots import SnapshotStore
 from schemas.blobs import LocalObjectStore
 from schemas.codec import default_codec
@@ -30,13 +30,14 @@ def _old_snapshot(store: LocalObjectStore, root: Path, data: bytes) -> SnapshotI
     manifest, contents = read_tree(root)
     snapshot = SnapshotStore(store).save(manifest, contents)
     month_ago = time.time() - 30 * DAY_S
-    for sha256 in (snapshot.sha256, *(entry.sha256 for entry in manifest.files)):
-        os.utime(store.root / sha256[:2] / sha256, (month_ago, month_ago))
+    os.utime(store.path_of(snapshot.sha256, MANIFEST_MEDIA_TYPE), (month_ago, month_ago))
+    for entry in manifest.files:
+        os.utime(store.path_of(entry.sha256), (month_ago, month_ago))
     return snapshot
 
 
 def _stored(store: LocalObjectStore, snapshot: SnapshotId) -> bool:
-    return (store.root / snapshot.sha256[:2] / snapshot.sha256).is_file()
+    return store.path_of(snapshot.sha256, MANIFEST_MEDIA_TYPE).is_file()
 
 
 def test_old_episodes_blobs_go_and_recent_ones_stay(

@@ -20,9 +20,9 @@ from ops.objects_gc import (
     run_topics,
 )
 from sandbox_agent.hosttree import read_tree
-from sandbox_agent.manifest import Manifest, SnapshotId
+from sandbox_agent.manifest import MANIFEST_MEDIA_TYPE, Manifest, SnapshotId
 from sandbox_agent.snapshots import SnapshotStore
-from schemas.blobs import BlobRef, LocalObjectStore
+from schemas.blobs import OCTET_STREAM, BlobRef, LocalObjectStore
 from schemas.codec import default_codec
 from schemas.common import Producer, RecordMeta
 from schemas.publications import PolicyPublished
@@ -113,7 +113,11 @@ def test_the_folder_lists_only_the_stores_own_files(tmp_path: Path) -> None:
     (tmp_path / "README").write_text("not ours")
     (tmp_path / ref.sha256[:2] / ("9" * 64)).write_text("wrong fan-out folder")
     (tmp_path / "zz").mkdir()
-    assert [blob.name for blob in BlobFolder(tmp_path).stored()] == [ref.sha256]
+    typed = store.put(b"y", "text/plain")
+    assert [blob.name for blob in BlobFolder(tmp_path).stored()] == [ref.sha256, typed.sha256]
+    assert [blob.path for blob in BlobFolder(tmp_path).stored()][1] == store.path_of(
+        typed.sha256, "text/plain"
+    )
 
 
 class _Log:
@@ -130,13 +134,13 @@ class _Log:
                 yield topic, at, value
 
 
-def _stored(store: LocalObjectStore, sha256: str) -> bool:
+def _stored(store: LocalObjectStore, sha256: str, media_type: str = OCTET_STREAM) -> bool:
     """Whether a blob is there, without touching it as `contains` does."""
-    return (store.root / sha256[:2] / sha256).is_file()
+    return store.path_of(sha256, media_type).is_file()
 
 
-def _age(store: LocalObjectStore, sha256: str, age_s: float) -> None:
-    os.utime(store.root / sha256[:2] / sha256, (NOW_S - age_s, NOW_S - age_s))
+def _age(store: LocalObjectStore, sha256: str, age_s: float, media_type: str = OCTET_STREAM) -> None:
+    os.utime(store.path_of(sha256, media_type), (NOW_S - age_s, NOW_S - age_s))
 
 
 def _old_tree(store: LocalObjectStore, root: Path, files: dict[str, bytes]) -> SnapshotId:
@@ -145,8 +149,9 @@ def _old_tree(store: LocalObjectStore, root: Path, files: dict[str, bytes]) -> S
         (root / name).write_bytes(data)
     manifest, contents = read_tree(root)
     snapshot = SnapshotStore(store).save(manifest, contents)
-    for sha256 in [snapshot.sha256, *(entry.sha256 for entry in manifest.files)]:
-        _age(store, sha256, 30 * DAY_S)
+    _age(store, snapshot.sha256, 30 * DAY_S, MANIFEST_MEDIA_TYPE)
+    for entry in manifest.files:
+        _age(store, entry.sha256, 30 * DAY_S)
     return snapshot
 
 
@@ -186,7 +191,7 @@ def test_collect_garbage_deletes_only_what_nothing_live_names(tmp_path: Path) ->
 
     preview = collect(apply=False)
     assert (preview["applied"], preview["deleted"], preview["undecodable"]) == (False, 3, 1)
-    assert _stored(store, gone.sha256)  # a preview deletes nothing
+    assert _stored(store, gone.sha256, MANIFEST_MEDIA_TYPE)  # a preview deletes nothing
     assert log.reads[0] == (("r1.policy.versions", "r1.tasks"), None)  # the always-live ones from the start
     assert log.reads[1] == (("r1.episode.events",), int((NOW_S - 14 * DAY_S) * 1000))
 
@@ -194,8 +199,9 @@ def test_collect_garbage_deletes_only_what_nothing_live_names(tmp_path: Path) ->
     assert report["deleted"] == 3 and report["broken_snapshots"] == []
     assert report["young"] == 1 and report["live"] == 4  # kept: its manifest and 2 files; the weights
     kept_files = {e.sha256 for e in SnapshotStore(store).load(kept).files}
-    assert all(_stored(store, sha) for sha in [kept.sha256, *kept_files, weights.sha256, fresh.sha256])
-    assert not _stored(store, gone.sha256) and not _stored(store, stray.sha256)
+    assert _stored(store, kept.sha256, MANIFEST_MEDIA_TYPE)
+    assert all(_stored(store, sha) for sha in [*kept_files, weights.sha256, fresh.sha256])
+    assert not _stored(store, gone.sha256, MANIFEST_MEDIA_TYPE) and not _stored(store, stray.sha256)
     assert not _stored(store, BlobRef.of(b"only an old step named this").sha256)
 
 

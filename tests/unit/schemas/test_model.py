@@ -12,6 +12,7 @@ from schemas.blobs import (
     LocalObjectStore,
     MemoryObjectStore,
     inline_or_ref,
+    memory_key,
     text_or_ref,
 )
 from schemas.common import GENESIS_HASH, Output, Producer
@@ -37,7 +38,7 @@ def test_memory_store_behaves_like_the_local_one() -> None:
     store = MemoryObjectStore()
     ref = store.put(b"x", "text/plain")
     assert ref.media_type == "text/plain" and store.get(ref) == b"x"
-    store.blobs[ref.sha256] = b"y"
+    store.blobs[memory_key(ref.sha256, ref.media_type)] = b"y"
     with pytest.raises(BlobIntegrityError):
         store.get(ref)
 

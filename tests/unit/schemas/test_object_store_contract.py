@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from ops.audit_sandboxes import OverlayStore
+from sandbox_agent.manifest import MANIFEST_MEDIA_TYPE
 from schemas.blobs import (
     OCTET_STREAM,
     TEXT_PLAIN,
@@ -85,13 +86,22 @@ def test_a_put_blob_is_named_by_its_content_and_comes_back_exactly(under_test: S
     assert store.get(ref) == data
 
 
-def test_the_media_type_travels_in_the_ref_not_in_the_name(under_test: StoreUnderTest) -> None:
+def test_a_blob_is_found_only_under_the_media_type_it_was_put_with(under_test: StoreUnderTest) -> None:
+    """A workspace file (octet-stream) must never serve as a manifest, a bundle or a report."""
     store = under_test.store
+    as_bytes = store.put(b'{"entries": []}')
+    as_manifest = BlobRef(as_bytes.sha256, as_bytes.size, MANIFEST_MEDIA_TYPE)
+    assert store.contains(as_bytes.sha256) and not store.contains(as_bytes.sha256, MANIFEST_MEDIA_TYPE)
+    with pytest.raises(BlobIntegrityError):
+        store.get(as_manifest)
     as_text = store.put(b"hello\n", TEXT_PLAIN)
-    as_bytes = store.put(b"hello\n")
-    assert as_text.media_type == TEXT_PLAIN and as_bytes.media_type == OCTET_STREAM
-    assert as_text.sha256 == as_bytes.sha256 and as_text.size == as_bytes.size == 6
-    assert store.get(as_text) == store.get(as_bytes) == b"hello\n"
+    assert as_text.media_type == TEXT_PLAIN and store.contains(as_text.sha256, TEXT_PLAIN)
+    assert not store.contains(as_text.sha256)
+    with pytest.raises(BlobIntegrityError):
+        store.get(BlobRef(as_text.sha256, as_text.size))
+    # The same bytes under two types are two blobs; each reads back as itself.
+    again = store.put(b"hello\n")
+    assert again.sha256 == as_text.sha256 and store.get(again) == store.get(as_text) == b"hello\n"
 
 
 def test_putting_the_same_bytes_again_changes_nothing(under_test: StoreUnderTest) -> None:
