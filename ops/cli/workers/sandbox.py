@@ -13,6 +13,7 @@ import argparse
 from pathlib import Path
 
 from ops.cli import kit
+from ops.cli.workers.cleanup import add_cleanup, cleanup
 
 
 def register(subparsers: kit.Subparsers) -> None:
@@ -52,6 +53,7 @@ def register(subparsers: kit.Subparsers) -> None:
         help="this worker's RocksDB folder of executed steps (default: under TRIALOG_HOME)",
     )
     kit.add_instance(command)
+    add_cleanup(command)
     kit.add_telemetry(command)
 
 
@@ -85,7 +87,7 @@ def _cmd_worker_sandbox(args: argparse.Namespace) -> int:
         kit.worker_logging()
         say(f"sandbox worker {args.instance}: {loop.requests_topic} on {bootstrap}, group {args.group}")
         try:
-            with kit.stop_on_signals(loop.stopping):
+            with cleanup(client, args), kit.stop_on_signals(loop.stopping):
                 loop.run()
         finally:
             worker.close()
