@@ -8,6 +8,7 @@ sandboxes of live workers, another run's included, are kept.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -23,10 +24,11 @@ from kafka import KafkaConsumer, KafkaProducer
 from ops.paths import Paths
 from ops.run_workers import Workers, worker_commands
 from ops.stack.images import sandbox_ref
-from schemas.actions import WriteFile
+from schemas.actions import RunCommand, SandboxAction, WriteFile
 from schemas.codec import default_codec
-from schemas.events import StepExecuted
-from schemas.topics import SANDBOX_REQUESTS, SANDBOX_RESULTS
+from schemas.common import Producer, Verdict
+from schemas.events import EpisodeCompleted, StepExecuted
+from schemas.topics import EPISODE_EVENTS, SANDBOX_REQUESTS, SANDBOX_RESULTS
 from streams.kafka.serving import METADATA_MAX_AGE_MS
 from streams.kafka.topics import ensure_topics
 from tests.unit.sandbox.requests import sandbox_request
@@ -34,6 +36,7 @@ from tests.unit.sandbox.requests import sandbox_request
 CODEC = default_codec()
 RECLAIMED_WITHIN_S = 60.0
 WORKER_LABEL = "dev.trialog.worker"
+A_WRITE = WriteFile("a.txt", b"a\n")
 
 
 def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
@@ -78,8 +81,8 @@ class Run:
             os.environ.update(saved)
         self.workers[instance] = workers
 
-    def one_step(self, episode: str) -> None:
-        request = sandbox_request(WriteFile("a.txt", b"a\n"), episode=episode, image=str(sandbox_ref()))
+    def one_step(self, episode: str, action: SandboxAction = A_WRITE) -> StepExecuted:
+        request = sandbox_request(action, episode=episode, image=str(sandbox_ref()))
         self.producer.send(
             SANDBOX_REQUESTS.of(self.id), key=episode.encode(), value=CODEC.encode(request)
         ).get(30)
@@ -89,8 +92,17 @@ class Run:
                 for record in records:
                     answer = CODEC.decode(record.value)
                     if isinstance(answer, StepExecuted) and answer.meta.episode_id == episode:
-                        return
+                        return answer
         raise AssertionError(f"no answer to {episode}: see the logs under {self.logs}")
+
+    def end(self, episode: str) -> None:
+        """Write the episode's end on `episode.events`, as its owner does."""
+        request = sandbox_request(WriteFile("a.txt", b""), episode=episode)
+        meta = dataclasses.replace(request.meta, producer=Producer("streams", "test"), run_id=self.id)
+        completed = EpisodeCompleted(meta, 1.0, Verdict.PASS, 1, 1000)
+        self.producer.send(
+            EPISODE_EVENTS.of(self.id), key=episode.encode(), value=CODEC.encode(completed)
+        ).get(30)
 
     def close(self) -> None:
         for workers in self.workers.values():
@@ -170,3 +182,20 @@ def test_a_killed_workers_sandboxes_and_scratch_are_reclaimed_and_live_workers_k
     time.sleep(3)
     assert sorted(sandboxes_of(docker_client, "w-other")) == kept
     assert len(sandboxes_of(docker_client, "w-restarted")) == 3
+
+
+def test_an_ended_episode_releases_its_sandbox_and_its_recorded_steps(
+    docker_client: docker.DockerClient, runs: Callable[[], Run], tmp_path: Path
+) -> None:
+    run = runs()
+    run.start("w-ends")
+    log = tmp_path / "logs" / "w-ends" / "sandbox.log"
+    wait_for(lambda: "episode ends: following" in log.read_text(), 120, "the worker follows episode.events")
+    fresh = RunCommand("cat /proc/sys/kernel/random/uuid")
+    first = run.one_step("ep-e", fresh)
+    assert run.one_step("ep-e", fresh).stdout == first.stdout  # a redelivery: answered from the record
+    wait_for(lambda: len(sandboxes_of(docker_client, "w-ends")) == 3, 120, "one held, two warm")
+    run.end("ep-e")
+    wait_for(lambda: len(sandboxes_of(docker_client, "w-ends")) == 2, 60, "the held sandbox released")
+    again = run.one_step("ep-e", fresh)  # the record is gone: the step runs again
+    assert again.stdout != first.stdout
