@@ -28,15 +28,12 @@ from typing import Protocol
 from rocksdict import Options, Rdict, WriteBatch
 
 from sandbox_agent.backend import DEFAULT_EXEC_LIMITS, Sandbox, SandboxBackend
+from sandbox_agent.defaults import DEFAULT_MAX_STEPS_KEPT, DEFAULT_STEPS_KEPT_S
 from sandbox_agent.limits import ExecLimits
 from sandbox_agent.results import StepResult
 from streams.telemetry import tracing
 
 _LOCK_STRIPES = 64
-# A redelivery comes within minutes of the first delivery; an episode's end normally prunes its results
-# sooner (`forget_episode`). These bounds hold when no end is heard of (a worker down while it ended).
-DEFAULT_MAX_STEPS_KEPT = 100_000
-DEFAULT_STEPS_KEPT_S = 86_400.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,12 +24,11 @@ from typing import Any, Protocol
 import docker
 from docker.errors import APIError, DockerException, NotFound
 
+from sandbox_agent.defaults import DEFAULT_REAP_EVERY_S
 from sandbox_agent.docker_backend import SANDBOX_LABEL
 from sandbox_agent.owner import OWNER_LABEL, Liveness, Owner, Processes, ProcProcesses, current, judge
 
 log = logging.getLogger(__name__)
-
-DEFAULT_REAP_EVERY_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)

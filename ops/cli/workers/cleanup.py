@@ -14,8 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ops.cli import kit
-
-DEFAULT_REAP_EVERY_S = 10.0  # equal to sandbox_agent.reaper.DEFAULT_REAP_EVERY_S (a test checks)
+from sandbox_agent.defaults import DEFAULT_REAP_EVERY_S
 
 
 def add_cleanup(parser: argparse.ArgumentParser) -> None:

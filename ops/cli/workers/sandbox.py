@@ -14,10 +14,7 @@ from pathlib import Path
 
 from ops.cli import kit
 from ops.cli.workers.cleanup import add_cleanup, cleanup
-
-# Equal to sandbox_agent.idempotent's defaults (a test checks): this module is imported for every --help.
-DEFAULT_MAX_STEPS_KEPT = 100_000
-DEFAULT_STEPS_KEPT_S = 86_400.0
+from sandbox_agent.defaults import DEFAULT_MAX_STEPS_KEPT, DEFAULT_POOL_IDLE_S, DEFAULT_STEPS_KEPT_S
 
 
 def register(subparsers: kit.Subparsers) -> None:
@@ -41,6 +38,13 @@ def register(subparsers: kit.Subparsers) -> None:
         metavar="N",
         default=2,
         help="warm sandboxes kept per image and quotas",
+    )
+    command.add_argument(
+        "--pool-idle",
+        type=kit.positive_seconds,
+        metavar="S",
+        default=DEFAULT_POOL_IDLE_S,
+        help="seconds without use after which an image's (and quotas') warm pool is closed",
     )
     command.add_argument(
         "--max-episodes",
@@ -96,7 +100,7 @@ def _cmd_worker_sandbox(args: argparse.Namespace) -> int:
     objects = LocalObjectStore(args.objects or paths.objects)
     client = engine.client()
     backend = DockerBackend(client, objects, labels={"dev.trialog.worker": args.instance})
-    pools = WarmPools(backend, args.pool)
+    pools = WarmPools(backend, args.pool, idle_s=args.pool_idle)
     start_telemetry(kit.telemetry_of(args, "trialog-sandbox"))
     metrics.metrics().gauge(metrics.POOL_SIZE, lambda: [(pools.ready(), {"state": "ready"})])
     origin = Origin.system("sandbox", args.instance)
