@@ -21,7 +21,7 @@ import docker
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
 
-from ops.paths import Paths
+from ops.paths import REPO_ROOT, Paths
 from ops.run_workers import Workers, worker_commands
 from ops.stack.images import sandbox_ref
 from schemas.actions import RunCommand, SandboxAction, WriteFile
@@ -199,3 +199,58 @@ def test_an_ended_episode_releases_its_sandbox_and_its_recorded_steps(
     wait_for(lambda: len(sandboxes_of(docker_client, "w-ends")) == 2, 60, "the held sandbox released")
     again = run.one_step("ep-e", fresh)  # the record is gone: the step runs again
     assert again.stdout != first.stdout
+
+
+MAKE_A_SANDBOX_AND_WAIT = """
+import sys, time
+import docker
+from sandbox_agent.docker_backend import DockerBackend
+from sandbox_agent.limits import SandboxSpec
+from schemas.blobs import LocalObjectStore
+from tests.integration.sandbox.conftest import SMALL
+labels = {"dev.trialog.reaper-test": sys.argv[2]}
+backend = DockerBackend(docker.from_env(), LocalObjectStore(sys.argv[1]), labels=labels)
+print(backend.create(SandboxSpec(sys.argv[3], SMALL)).id, flush=True)
+time.sleep(600)
+"""
+
+
+def sandbox_of_a_process(tmp_path: Path, tag: str) -> tuple[subprocess.Popen[str], str]:
+    argv = [sys.executable, "-c", MAKE_A_SANDBOX_AND_WAIT, str(tmp_path / "objects"), tag, str(sandbox_ref())]
+    child = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    return child, child.stdout.readline().strip()
+
+
+def test_a_starting_verifier_removes_the_sandboxes_of_dead_processes_only(
+    docker_client: docker.DockerClient, kafka_bootstrap: str, stack_paths: Paths, tmp_path: Path
+) -> None:
+    tag = uuid.uuid4().hex[:8]
+    killed, orphan = sandbox_of_a_process(tmp_path, tag)
+    live, kept = sandbox_of_a_process(tmp_path, tag)
+    verifier = Workers(tmp_path / "logs")
+    try:
+        assert orphan and kept
+        killed.kill()
+        killed.wait()
+        run = f"rv{tag}"
+        ensure_topics(kafka_bootstrap, run)
+        paths = Paths(tmp_path / "home", stack_paths.cache)
+        tasks = [REPO_ROOT / "examples" / "tasks" / "easy-fix-add"]
+        verifier.start(
+            {"verifier": worker_commands(run, kafka_bootstrap, "scripted", tasks, paths)["verifier"]}
+        )
+        tagged = {"label": f"dev.trialog.reaper-test={tag}"}
+        wait_for(
+            lambda: [c.id for c in docker_client.containers.list(all=True, filters=tagged)] == [kept],
+            RECLAIMED_WITHIN_S,
+            "the killed process's sandbox removed, the live one's kept",
+        )
+    finally:
+        verifier.stop(grace_s=20)
+        live.kill()
+        live.wait()
+        for container in docker_client.containers.list(
+            all=True, filters={"label": f"dev.trialog.reaper-test={tag}"}
+        ):
+            container.remove(force=True)
