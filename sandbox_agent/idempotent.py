@@ -16,6 +16,7 @@ delivery produces.
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -124,6 +125,7 @@ class RocksResultStore:
         self._db = Rdict(str(path), Options(raw_mode=True))
         self._lock = threading.Lock()
         self._count, self._next = 0, 0
+        self._oldest_at = -math.inf  # when the oldest kept result was written: unknown until pruned once
         for index_key, _ in _entries(self._db, _INDEX):
             self._count += 1
             self._next = int.from_bytes(index_key[1:], "big") + 1
@@ -163,9 +165,13 @@ class RocksResultStore:
     def _prune(self, now: float) -> None:
         """Drop the oldest results while there are too many or they are too old (under the lock)."""
         too_old = now - self.retention.max_age_s
+        if self._count <= self.retention.max_entries and self._oldest_at >= too_old:
+            return  # the common case, without opening an iterator (a put's cost doubles with one)
         dropped: list[bytes] = []
+        self._oldest_at = now
         for index_key, value in _entries(self._db, _INDEX):
             if self._count - len(dropped) <= self.retention.max_entries and _written_at(value) >= too_old:
+                self._oldest_at = _written_at(value)
                 break
             dropped.append(index_key)
             self._db.delete(value.partition(b" ")[2])
