@@ -56,6 +56,7 @@ from sandbox_agent.listing import (
 )
 from sandbox_agent.manifest import SnapshotId
 from sandbox_agent.output import BoundedOutput
+from sandbox_agent.owner import owner_labels
 from sandbox_agent.paths import WORKSPACE, workspace_relative
 from sandbox_agent.results import ExecResult
 from sandbox_agent.snapshots import MissingContent, SnapshotStore
@@ -115,7 +116,7 @@ class DockerBackend:
     ) -> None:
         self._api: Any = client.api
         self.snapshots = SnapshotStore(objects)
-        self._labels = {SANDBOX_LABEL: "1", **(labels or {})}
+        self._labels = {SANDBOX_LABEL: "1", **owner_labels(), **(labels or {})}  # owner: for the reaper
         self._user = user
         self._use_channel = exec_channel
         self._states: dict[str, _SandboxState] = {}

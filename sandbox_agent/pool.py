@@ -3,7 +3,8 @@
 One pool per `SandboxSpec` (image and quotas: sandboxes of equal specs are interchangeable). Background
 threads keep `size` sandboxes ready; an empty pool does not make its caller wait for the refill but
 creates one on the spot (counted as a miss). A sandbox handed out is never taken back: `release` destroys
-it in the background, since whatever ran in it may have left anything behind.
+it in the background, since whatever ran in it may have left anything behind. `WarmPools` closes a spec's
+pool once it has not been used for a while (`idle_s`), so specs no longer used keep no containers.
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ import queue
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 
 from sandbox_agent.backend import Sandbox, SandboxBackend
+from sandbox_agent.defaults import DEFAULT_POOL_IDLE_S
 from sandbox_agent.errors import SandboxError
 from sandbox_agent.limits import SandboxSpec
 from streams.telemetry import metrics
@@ -24,6 +27,11 @@ from streams.telemetry import metrics
 log = logging.getLogger(__name__)
 
 RETRY_AFTER_FAILURE_S = 1.0
+IDLE_CHECK_MAX_S = 30.0
+
+
+class PoolClosed(SandboxError):
+    """An acquire from a pool that was closed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +89,7 @@ class WarmPool:
         """A ready sandbox, now: from the pool when it has one, else freshly created."""
         with self._changed:
             if self._closed:
-                raise SandboxError("the pool is closed")
+                raise PoolClosed("the pool is closed")
             if self._ready:
                 self._counts["hits"] += 1
                 sandbox = self._ready.popleft()
@@ -170,18 +178,48 @@ class WarmPool:
                 log.warning("warm pool: destroying sandbox %s failed: %s", sandbox.id[:12], exc)
 
 
-class WarmPools:
-    """A warm pool per spec, made on first use."""
+def idle_specs(last_used: Mapping[SandboxSpec, float], now: float, idle_s: float) -> list[SandboxSpec]:
+    """The specs whose pools were last used (an acquire or a release) `idle_s` or more before `now`."""
+    return [spec for spec, used in last_used.items() if now - used >= idle_s]
 
-    def __init__(self, backend: SandboxBackend, size: int, *, creators: int = 1) -> None:
+
+class WarmPools:
+    """A warm pool per spec, made on first use, and closed (its warm sandboxes destroyed) once no sandbox
+    of its spec was acquired or released for `idle_s` seconds: a spec no episode uses any more (a task
+    retired, its image rebuilt under a new tag) must not keep `size` containers running for ever. A later
+    acquire of that spec makes a new pool. None: pools are never closed before `close`."""
+
+    def __init__(
+        self,
+        backend: SandboxBackend,
+        size: int,
+        *,
+        creators: int = 1,
+        idle_s: float | None = DEFAULT_POOL_IDLE_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if idle_s is not None and not idle_s > 0:
+            raise ValueError("a pool's idle time is positive (or None: never closed)")
         self.backend = backend
         self.size = size
         self.creators = creators
+        self.idle_s = idle_s
+        self._clock = clock
         self._pools: dict[SandboxSpec, WarmPool] = {}
+        self._used: dict[SandboxSpec, float] = {}
         self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._janitor: threading.Thread | None = None
+        if idle_s is not None:
+            self._janitor = threading.Thread(
+                target=self._close_idle_ones, args=(min(idle_s / 4, IDLE_CHECK_MAX_S),), name="pool-janitor",
+                daemon=True,
+            )  # fmt: skip
+            self._janitor.start()
 
     def pool(self, spec: SandboxSpec) -> WarmPool:
         with self._lock:
+            self._used[spec] = self._clock()
             pool = self._pools.get(spec)
             if pool is None:
                 pool = self._pools[spec] = WarmPool(
@@ -191,7 +229,10 @@ class WarmPools:
 
     def acquire(self, spec: SandboxSpec) -> Sandbox:
         started = time.perf_counter()
-        sandbox = self.pool(spec).acquire()
+        try:
+            sandbox = self.pool(spec).acquire()
+        except PoolClosed:  # closed as idle between the look-up and the acquire: a new pool serves
+            sandbox = self.pool(spec).acquire()
         metrics.metrics().record(metrics.ACQUIRE_DURATION, time.perf_counter() - started)
         return sandbox
 
@@ -201,10 +242,44 @@ class WarmPools:
             pools = list(self._pools.values())
         return sum(pool.stats().ready for pool in pools)
 
+    def specs(self) -> list[SandboxSpec]:
+        """The specs that have an open pool."""
+        with self._lock:
+            return list(self._pools)
+
     def release(self, sandbox: Sandbox) -> None:
-        self.pool(sandbox.spec).release(sandbox)
+        with self._lock:
+            pool = self._pools.get(sandbox.spec)
+            if pool is not None:
+                self._used[sandbox.spec] = self._clock()
+        if pool is not None:
+            pool.release(sandbox)
+        else:  # its pool was closed as idle while the sandbox was held: no new pool just to destroy it
+            self.backend.destroy(sandbox)
+
+    def close_idle(self) -> list[SandboxSpec]:
+        """Close the pools idle for `idle_s` or more now; returns their specs."""
+        if self.idle_s is None:
+            return []
+        with self._lock:
+            idle = idle_specs({spec: self._used[spec] for spec in self._pools}, self._clock(), self.idle_s)
+            pools = [self._pools.pop(spec) for spec in idle]
+        for pool in pools:
+            log.info("warm pool for %s idle for %.0f s: closed", pool.spec.image, self.idle_s)
+            pool.close()
+        return idle
+
+    def _close_idle_ones(self, every_s: float) -> None:
+        while not self._closed.wait(every_s):
+            try:
+                self.close_idle()
+            except Exception:  # a dead janitor would let idle pools run for ever, silently
+                log.exception("warm pools: closing idle pools failed")
 
     def close(self) -> None:
+        self._closed.set()
+        if self._janitor is not None and self._janitor is not threading.current_thread():
+            self._janitor.join()
         with self._lock:
             pools, self._pools = list(self._pools.values()), {}
         for pool in pools:

@@ -5,8 +5,10 @@ The worker keeps one sandbox per episode it serves. A request whose restore poin
 worker's sandbox holds (a new episode, an episode another worker advanced, a crashed sandbox) gets a fresh
 sandbox from the warm pool with the episode's last snapshot restored: that is how an episode continues on
 any worker after a crash. Each step runs through the idempotent executor (exec, then snapshot), so a
-redelivered request is answered from the recorded result. On Kafka, `ROUTE` is served by
-`streams.kafka.request_loop` (the loop shared with the rollout and verifier) with `SandboxWorker.handle`.
+redelivered request is answered from the recorded result. When the episode ends (`episode_ended`, heard
+on `episode.events` by `sandbox_agent.episode_ends`) its sandbox is released and its results dropped. On
+Kafka, `ROUTE` is served by `streams.kafka.request_loop` (the loop shared with the rollout and verifier)
+with `SandboxWorker.handle`.
 
 Failure answers (the owner decides what follows, `streams.owner.on_sandbox_failed`):
 * `invalid_action`: a write outside the workspace (refused before it runs) or a patch that does not apply;
@@ -93,6 +95,11 @@ class EpisodeSandboxes:
             if episode_id in self._held:
                 self._held[episode_id].snapshot_id = snapshot_id
 
+    def episodes(self) -> list[str]:
+        """The episodes holding a sandbox, least recently used first."""
+        with self._lock:
+            return list(self._held)
+
     def drop(self, episode_id: str) -> None:
         with self._lock:
             held = self._held.pop(episode_id, None)
@@ -121,11 +128,13 @@ class SandboxWorker:
         self.objects = objects
         self.origin = origin
         self.crashes: OrderedDict[ExecKey, str] = OrderedDict()  # key -> why, for redelivered requests
+        self._crashes_lock = threading.Lock()  # `episode_ended` runs on another thread than `handle`
 
     def handle(self, request: SandboxRequest) -> Answer:
         meta = request.meta
         key = ExecKey(meta.episode_id, meta.step, meta.attempt)
-        crash = self.crashes.get(key)
+        with self._crashes_lock:
+            crash = self.crashes.get(key)
         if crash is not None:
             return episode_failed(self.origin, request, FailureClass.SANDBOX_CRASH, crash)
         try:
@@ -136,10 +145,12 @@ class SandboxWorker:
             log.warning(
                 "sandbox of %s lost at step %d attempt %d: %s", meta.episode_id, meta.step, meta.attempt, exc
             )
-            self.crashes[key] = f"sandbox lost: {exc}"
-            while len(self.crashes) > REMEMBERED_CRASHES:
-                self.crashes.popitem(last=False)
-            return episode_failed(self.origin, request, FailureClass.SANDBOX_CRASH, self.crashes[key])
+            why = f"sandbox lost: {exc}"
+            with self._crashes_lock:
+                self.crashes[key] = why
+                while len(self.crashes) > REMEMBERED_CRASHES:
+                    self.crashes.popitem(last=False)
+            return episode_failed(self.origin, request, FailureClass.SANDBOX_CRASH, why)
         result = step.result
         invalid = invalid_outcome(request.action, result.exit_code, result.timed_out, result.stderr)
         if invalid is not None:
@@ -159,6 +170,14 @@ class SandboxWorker:
             raise
         self.sandboxes.advanced(meta.episode_id, step.snapshot_id)
         return step
+
+    def episode_ended(self, episode_id: str) -> None:
+        """The episode is over (`episode_ends`): drop its executed steps and release its sandbox."""
+        self.executor.results.forget_episode(episode_id)
+        with self._crashes_lock:
+            for key in [key for key in self.crashes if key.episode_id == episode_id]:
+                del self.crashes[key]
+        self.sandboxes.drop(episode_id)
 
     def close(self) -> None:
         self.sandboxes.close()

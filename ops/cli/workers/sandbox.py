@@ -13,6 +13,8 @@ import argparse
 from pathlib import Path
 
 from ops.cli import kit
+from ops.cli.workers.cleanup import add_cleanup, cleanup
+from sandbox_agent.defaults import DEFAULT_MAX_STEPS_KEPT, DEFAULT_POOL_IDLE_S, DEFAULT_STEPS_KEPT_S
 
 
 def register(subparsers: kit.Subparsers) -> None:
@@ -38,6 +40,13 @@ def register(subparsers: kit.Subparsers) -> None:
         help="warm sandboxes kept per image and quotas",
     )
     command.add_argument(
+        "--pool-idle",
+        type=kit.positive_seconds,
+        metavar="S",
+        default=DEFAULT_POOL_IDLE_S,
+        help="seconds without use after which an image's (and quotas') warm pool is closed",
+    )
+    command.add_argument(
         "--max-episodes",
         type=kit.positive_int,
         metavar="N",
@@ -51,7 +60,22 @@ def register(subparsers: kit.Subparsers) -> None:
         metavar="DIR",
         help="this worker's RocksDB folder of executed steps (default: under TRIALOG_HOME)",
     )
+    command.add_argument(
+        "--steps-kept",
+        type=kit.positive_int,
+        metavar="N",
+        default=DEFAULT_MAX_STEPS_KEPT,
+        help="executed steps recorded at most (oldest dropped first; an episode's go when it ends)",
+    )
+    command.add_argument(
+        "--steps-kept-for",
+        type=kit.positive_seconds,
+        metavar="S",
+        default=DEFAULT_STEPS_KEPT_S,
+        help="seconds an executed step stays recorded at most",
+    )
     kit.add_instance(command)
+    add_cleanup(command)
     kit.add_telemetry(command)
 
 
@@ -60,7 +84,8 @@ def _cmd_worker_sandbox(args: argparse.Namespace) -> int:
     from ops.paths import Paths
     from ops.telemetry.setup import start as start_telemetry
     from sandbox_agent.docker_backend import DockerBackend
-    from sandbox_agent.idempotent import RocksResultStore
+    from sandbox_agent.episode_ends import EpisodeEnds
+    from sandbox_agent.idempotent import Retention, RocksResultStore
     from sandbox_agent.pool import WarmPools
     from sandbox_agent.worker import ROUTE, SandboxWorker
     from schemas.blobs import LocalObjectStore
@@ -75,19 +100,23 @@ def _cmd_worker_sandbox(args: argparse.Namespace) -> int:
     objects = LocalObjectStore(args.objects or paths.objects)
     client = engine.client()
     backend = DockerBackend(client, objects, labels={"dev.trialog.worker": args.instance})
-    pools = WarmPools(backend, args.pool)
+    pools = WarmPools(backend, args.pool, idle_s=args.pool_idle)
     start_telemetry(kit.telemetry_of(args, "trialog-sandbox"))
     metrics.metrics().gauge(metrics.POOL_SIZE, lambda: [(pools.ready(), {"state": "ready"})])
     origin = Origin.system("sandbox", args.instance)
-    with RocksResultStore(args.state or home / f"steps-{args.instance}") as results:
+    retention = Retention(args.steps_kept, args.steps_kept_for)
+    with RocksResultStore(args.state or home / f"steps-{args.instance}", retention) as results:
         worker = SandboxWorker(backend, pools, results, objects, origin, args.max_episodes)
+        ends = EpisodeEnds(bootstrap, args.run, worker.episode_ended)
         loop = RequestLoop(ROUTE, worker.handle, LoopSettings(bootstrap, args.group, args.run), origin)
         kit.worker_logging()
         say(f"sandbox worker {args.instance}: {loop.requests_topic} on {bootstrap}, group {args.group}")
         try:
-            with kit.stop_on_signals(loop.stopping):
+            with cleanup(client, args), kit.stop_on_signals(loop.stopping):
+                ends.start()
                 loop.run()
         finally:
+            ends.close()
             worker.close()
             pools.close()
             client.close()

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ops.cli import kit
+from ops.cli.workers.cleanup import add_cleanup, cleanup
 from streams.errors import StackError
 
 if TYPE_CHECKING:
@@ -43,6 +44,7 @@ def register(workers: kit.Subparsers) -> None:
     kit.add_run(command)
     kit.add_group(command, "verifier")
     kit.add_instance(command)
+    add_cleanup(command)
     kit.add_telemetry(command)
 
 
@@ -86,7 +88,7 @@ def _cmd_worker_verifier(args: argparse.Namespace) -> int:
         where = f"{loop.requests_topic} on {bootstrap}, group {args.group}"
         say(f"verifier {args.instance} ({len(tasks.ids)} tasks): {where}")
         start_telemetry(kit.telemetry_of(args, "trialog-verifier"))
-        with kit.stop_on_signals(loop.stopping):
+        with cleanup(client, args), kit.stop_on_signals(loop.stopping):
             loop.run()
     finally:
         client.close()

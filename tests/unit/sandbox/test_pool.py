@@ -9,7 +9,7 @@ from sandbox_agent.backend import Sandbox
 from sandbox_agent.errors import SandboxError
 from sandbox_agent.limits import SandboxSpec
 from sandbox_agent.local_backend import LocalProcessBackend
-from sandbox_agent.pool import WarmPool, WarmPools
+from sandbox_agent.pool import WarmPool, WarmPools, idle_specs
 from schemas.blobs import MemoryObjectStore
 
 SPEC = SandboxSpec("local")
@@ -21,6 +21,7 @@ class RecordingBackend(LocalProcessBackend):
     def __init__(self, root: Path) -> None:
         super().__init__(MemoryObjectStore(), root)
         self.created: list[str] = []
+        self.spec_of: dict[str, SandboxSpec] = {}
         self.destroyed: list[str] = []
         self.failing = False
         self.lock = threading.Lock()
@@ -31,6 +32,7 @@ class RecordingBackend(LocalProcessBackend):
         sandbox = super().create(spec)
         with self.lock:
             self.created.append(sandbox.id)
+            self.spec_of[sandbox.id] = spec
         return sandbox
 
     def destroy(self, sandbox: Sandbox) -> None:
@@ -105,6 +107,75 @@ def test_there_is_one_pool_per_spec(backend: RecordingBackend) -> None:
         sandbox = pools.acquire(other)
         assert sandbox.spec == other
         pools.release(sandbox)
+    finally:
+        pools.close()
+    assert set(backend.created) == set(backend.destroyed)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_idle_specs_are_those_unused_for_the_idle_time() -> None:
+    other = SandboxSpec("other-image")
+    assert idle_specs({SPEC: 10.0, other: 50.0}, now=70.0, idle_s=60.0) == [SPEC]
+    assert idle_specs({SPEC: 10.0, other: 50.0}, now=69.9, idle_s=60.0) == []
+
+
+def test_a_pool_unused_for_its_idle_time_is_closed_and_its_warm_sandboxes_destroyed(
+    backend: RecordingBackend,
+) -> None:
+    clock, other = Clock(), SandboxSpec("other-image")
+    pools = WarmPools(backend, size=2, idle_s=60.0, clock=clock)
+    try:
+        retired, used = pools.pool(SPEC), pools.pool(other)
+        assert retired.wait_ready(timeout_s=30) and used.wait_ready(timeout_s=30)
+        held = pools.acquire(SPEC)  # held by an episode across the pool's closing
+        assert retired.wait_ready(timeout_s=30)
+        clock.now += 30
+        pools.release(pools.acquire(other))
+        clock.now += 40  # SPEC: 70 s unused; other: 40 s
+        assert pools.close_idle() == [SPEC]
+        assert pools.specs() == [other]
+        assert retired.stats().ready == 0 and used.stats().ready == 2
+        with backend.lock:
+            alive = set(backend.created) - set(backend.destroyed)
+        assert {id for id in alive if backend.spec_of[id] == SPEC} == {held.id}  # only the held one is left
+        pools.release(held)  # its pool is gone: destroyed at once, no new pool made for it
+        assert held.id in backend.destroyed and pools.specs() == [other]
+        again = pools.acquire(SPEC)  # the spec is used again: a new pool
+        assert again.spec == SPEC and set(pools.specs()) == {SPEC, other}
+        pools.release(again)
+    finally:
+        pools.close()
+    assert set(backend.created) == set(backend.destroyed)
+
+
+def test_pools_without_an_idle_time_are_never_closed_before_close(backend: RecordingBackend) -> None:
+    clock = Clock()
+    pools = WarmPools(backend, size=1, idle_s=None, clock=clock)
+    try:
+        pools.pool(SPEC)
+        clock.now += 10**9
+        assert pools.close_idle() == [] and pools.specs() == [SPEC]
+    finally:
+        pools.close()
+
+
+def test_the_janitor_closes_idle_pools_by_itself(backend: RecordingBackend) -> None:
+    pools = WarmPools(backend, size=1, idle_s=0.2)
+    try:
+        pool = pools.pool(SPEC)
+        assert pool.wait_ready(timeout_s=30)
+        closed = threading.Event()
+        while not closed.wait(0.05):
+            if not pools.specs():
+                closed.set()
+        assert pool.stats().ready == 0
     finally:
         pools.close()
     assert set(backend.created) == set(backend.destroyed)

@@ -173,3 +173,20 @@ def test_the_least_recently_used_episode_gives_its_sandbox_back(cluster: Cluster
     assert list(worker.sandboxes._held) == ["ep-2"]
     cluster.pools[0].close()  # waits for released sandboxes to be destroyed
     assert not (cluster.root / "a" / first.id).exists()
+
+
+def test_an_ended_episode_releases_its_sandbox_and_forgets_its_steps(cluster: Cluster) -> None:
+    worker = cluster.worker("a")
+    ended = sandbox_request(RunCommand("echo ran >> log; wc -l < log"), episode="ep-done")
+    running = sandbox_request(RunCommand("echo ran >> log; wc -l < log"), episode="ep-running")
+    worker.handle(ended)
+    worker.handle(running)
+    results = worker.executor.results
+    assert len(results) == 2
+    worker.episode_ended("ep-done")
+    assert results.get(ExecKey("ep-done", 0, 1)) is None
+    assert results.get(ExecKey("ep-running", 0, 1)) is not None
+    assert worker.sandboxes.episodes() == ["ep-running"]
+    # A late redelivery runs again, in a fresh sandbox (the owner drops that answer of an ended episode).
+    again = worker.handle(ended)
+    assert isinstance(again, StepExecuted) and again.stdout.text.strip() == "1"
