@@ -57,6 +57,7 @@ from enum import StrEnum
 from typing import Any
 
 from schemas.actions import InvalidReply, Submit
+from schemas.budget import ACTION_MAX, EPISODE_LOG_BUDGET, fit_output, inline_output_bytes, stream_limit
 from schemas.chain import digest
 from schemas.codec import default_codec
 from schemas.commands import AbortEpisode, StartEpisode
@@ -115,6 +116,7 @@ class Rejection(StrEnum):
     ENDED = "ended"  # the episode is completed or failed
     INVALID = "invalid"  # passed the checks but the fold refused it (a forged or corrupt answer)
     UNEXPECTED_FAILURE = "unexpected_failure"  # a failure class the answering worker may not report
+    OVERSIZED = "oversized"  # an action over `schemas.budget.ACTION_MAX` encoded bytes: never appended
 
 
 # What redelivery after a crash produces by itself: counted by the caller, not dead-lettered.
@@ -193,6 +195,9 @@ class OwnerState:
     task: TaskInfo | None = None
     sampling: SamplingParams = field(default_factory=SamplingParams)
     outstanding: Outstanding | None = None
+    # Bytes of the episode's events as logged (the row's events), for the record budget; derived from the
+    # row's events when a row is read, so it is not in `to_record`.
+    logged_bytes: int = field(default=0, compare=False)
 
     @classmethod
     def new(cls, episode_id: str) -> OwnerState:
@@ -295,7 +300,7 @@ def _invalid_reply_result(state: OwnerState, origin: Origin, now_us: int) -> Ste
     pending = episode.pending_action
     if pending is None or not isinstance(pending.action, InvalidReply):
         raise OwnerError(f"episode {episode.episode_id}: no invalid reply is pending")
-    limit = _config(state).output_limit_bytes
+    limit = step_output_limit(state)
     error = pending.action.error.encode("utf-8")
     return StepExecuted(
         _meta(origin, episode, now_us),
@@ -308,7 +313,13 @@ def _invalid_reply_result(state: OwnerState, origin: Origin, now_us: int) -> Ste
 
 
 def on_executed(state: OwnerState, answer: StepExecuted, *, origin: Origin, now_us: int) -> Effects:
-    """Append the step's result; then ask the policy for the next step (or grade at the step limit)."""
+    """Append the step's result, each stream fitted to the step's inline limit (`schemas.budget`); then ask
+    the policy for the next step (or grade at the step or size limit)."""
+    if state.episode.started is not None and check_answer(state, RequestKind.SANDBOX, answer) is None:
+        limit = step_output_limit(state)
+        answer = dataclasses.replace(
+            answer, stdout=fit_output(answer.stdout, limit), stderr=fit_output(answer.stderr, limit)
+        )
     draft = _accept(state, RequestKind.SANDBOX, answer)
     if draft.rejected is not None:
         return draft
@@ -466,6 +477,8 @@ def _accept(state: OwnerState, kind: RequestKind, answer: Answer) -> Effects:
         draft = _append(Effects(state), answer)
     except FoldError:
         return Effects(state, rejected=Rejection.INVALID)
+    if kind is RequestKind.POLICY and len(draft.events[-1].data) > ACTION_MAX:
+        return Effects(state, rejected=Rejection.OVERSIZED)
     return dataclasses.replace(draft, state=dataclasses.replace(draft.state, outstanding=None))
 
 
@@ -477,9 +490,10 @@ def _append(draft: Effects, event: EpisodeEvent) -> Effects:
     data = default_codec().encode(event)
     hashed = digest(data)
     episode = apply(draft.state.episode, event, hashed)
+    logged = draft.state.logged_bytes + len(data)
     return dataclasses.replace(
         draft,
-        state=dataclasses.replace(draft.state, episode=episode),
+        state=dataclasses.replace(draft.state, episode=episode, logged_bytes=logged),
         events=(*draft.events, Appended(event, data, hashed)),
     )
 
@@ -489,13 +503,31 @@ def _next_action(draft: Effects, origin: Origin, now_us: int) -> Effects:
     max_steps = _config(draft.state).max_steps
     if max_steps < 1:  # nothing would ever be sampled: there is no trajectory to grade
         return _fail(draft, FailureClass.STEP_LIMIT, "max_steps is 0: no step allowed", origin, now_us)
-    if draft.state.episode.phase is Phase.AWAITING_VERIFICATION or _at_step_limit(draft.state):
+    state = draft.state
+    if state.episode.phase is Phase.AWAITING_VERIFICATION or _at_step_limit(state) or _at_size_limit(state):
         return _issue(draft, RequestKind.VERIFY, 1, origin, now_us)
     return _issue(draft, RequestKind.POLICY, 1, origin, now_us)
 
 
 def _at_step_limit(state: OwnerState) -> bool:
     return state.episode.step >= _config(state).max_steps
+
+
+def _at_size_limit(state: OwnerState) -> bool:
+    """The episode has logged its budget: one more step could push a record past the broker's limit."""
+    return state.logged_bytes >= EPISODE_LOG_BUDGET
+
+
+def step_output_limit(state: OwnerState) -> int:
+    """Inline bytes per stream for the next step: the episode's limit within its inline budget."""
+    used = inline_output_bytes(
+        output for step in state.episode.history if step.result for output in _streams(step.result)
+    )
+    return stream_limit(_config(state).output_limit_bytes, used)
+
+
+def _streams(result: StepExecuted) -> tuple[Output, Output]:
+    return result.stdout, result.stderr
 
 
 def _issue(draft: Effects, kind: RequestKind, attempt: int, origin: Origin, now_us: int) -> Effects:
@@ -521,9 +553,8 @@ def _request(state: OwnerState, kind: RequestKind, attempt: int, origin: Origin,
     pending = episode.pending_action
     if pending is None or isinstance(pending.action, Submit | InvalidReply):
         raise OwnerError(f"episode {episode.episode_id}: a sandbox request needs a pending sandbox action")
-    return SandboxRequest(
-        meta, started.image, pending.action, config.sandbox_timeout_s, config.output_limit_bytes, task.limits
-    )
+    limit = step_output_limit(state)
+    return SandboxRequest(meta, started.image, pending.action, config.sandbox_timeout_s, limit, task.limits)
 
 
 def _base_timeout_s(state: OwnerState, kind: RequestKind) -> float:

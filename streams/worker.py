@@ -288,7 +288,7 @@ class EpisodeWorker:
             return None
         if episode is row.state.episode:  # `apply` returns the state itself for a duplicate
             return None
-        state = replace(row.state, episode=episode)
+        state = replace(row.state, episode=episode, logged_bytes=row.state.logged_bytes + len(value))
         if isinstance(event, EpisodeStarted):
             task, sampling = self.tasks.get(event.meta.task_id), sampling_for(event.seed, self.sampling)
             state = replace(state, task=task, sampling=sampling)
