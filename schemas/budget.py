@@ -32,27 +32,30 @@ episode's logged events (`EPISODE_LOG_BUDGET`) plus one step (`STEP_MAX`) plus t
 
 What remains possible: a task instruction is copied into every PolicyRequest and TrajectoryCompleted; a
 huge instruction (the task author's, validated before the run) is not budgeted here. The grade's lists
-(failed tests, tampered paths, tamper signals) are capped by the verifier (`actors.verifier.worker`).
+(failed tests, tampered paths, tamper signals) are capped (`fit_reward`: `LINES_MAX` items of `LINE_MAX`
+bytes) by the verifier and again by the owner; the verifier's report in the object store keeps them whole.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from schemas.common import Output
+from schemas.events import RewardAssigned
+from schemas.fsnames import to_wire
 
 KIB = 1024
 BROKER_RECORD_LIMIT = 1024 * KIB  # Faust's / kafka-python's default producer max_request_size
-EPISODE_OUTPUT_BUDGET = 256 * KIB  # inline stdout + stderr text of a whole episode, encoded bytes
+EPISODE_OUTPUT_BUDGET = 192 * KIB  # inline stdout + stderr text of a whole episode, encoded bytes
 STREAM_INLINE_MAX = 32 * KIB  # one stream of one step, encoded bytes
 STREAM_INLINE_FLOOR = 1 * KIB  # one stream of one step once the episode's budget is spent
-EPISODE_LOG_BUDGET = 576 * KIB  # logged event bytes after which no further action is asked for
+EPISODE_LOG_BUDGET = 640 * KIB  # logged event bytes after which no further action is asked for
 ACTION_MAX = (
     192 * KIB
 )  # an encoded ActionProposed: a 64 KiB reply and a 64 KiB file inline, 4096 tokens: 168 KB
 STEP_MAX = ACTION_MAX + 2 * (STREAM_INLINE_MAX + 256) + 4 * KIB  # one ActionProposed + its StepExecuted
-TAIL_MAX = 96 * KIB  # RewardAssigned (capped lists) + EpisodeCompleted + the record's own header
+TAIL_MAX = 64 * KIB  # RewardAssigned (capped lists) + EpisodeCompleted + the record's own header
 RECORD_BUDGET = EPISODE_LOG_BUDGET + STEP_MAX + TAIL_MAX
 
 CUT_MARKER = "\n[... {} bytes not shown ...]\n"
@@ -95,3 +98,35 @@ def fit_output(output: Output, limit: int) -> Output:
 
 def inline_output_bytes(outputs: Iterable[Output]) -> int:
     return sum(encoded_size(output) for output in outputs)
+
+
+LINES_MAX = 32  # items of each list of a RewardAssigned (failed tests, tampered paths, tamper signals)
+LINE_MAX = 512  # encoded bytes of one item on the wire
+
+
+def cap_lines(items: Sequence[str], *, wire: Callable[[str], str] = lambda s: s) -> tuple[str, ...]:
+    """At most `LINES_MAX` items of at most `LINE_MAX` bytes each in their wire form `wire(item)`; the
+    last kept item says how many more there were (the verifier's report holds them all)."""
+    kept = list(items[:LINES_MAX])
+    if len(items) > LINES_MAX:
+        kept[-1] = f"... and {len(items) - LINES_MAX + 1} more (see the report)"
+    return tuple(_cap_line(item, wire) for item in kept)
+
+
+def _cap_line(item: str, wire: Callable[[str], str]) -> str:
+    if len(wire(item).encode("utf-8")) <= LINE_MAX:
+        return item
+    cut = LINE_MAX // 4  # four bytes is the most one character (or one escaped byte) takes on the wire
+    while cut < len(item) and len(wire(item[: cut + 1] + "...").encode("utf-8")) <= LINE_MAX:
+        cut += 1
+    return item[:cut] + "..."
+
+
+def fit_reward(reward: RewardAssigned) -> RewardAssigned:
+    """`reward` with its lists capped (`cap_lines`), so that the grade always fits its record budget."""
+    return dataclasses.replace(
+        reward,
+        failed_tests=cap_lines(reward.failed_tests),
+        tampered_paths=cap_lines(reward.tampered_paths, wire=to_wire),
+        tamper_signals=cap_lines(reward.tamper_signals, wire=to_wire),
+    )

@@ -33,6 +33,17 @@ Invalid replies: an ActionProposed whose action is an `InvalidReply` (the reply 
 step that no sandbox executes. The owner answers it itself, in the same effects: a StepExecuted with exit
 code 2 and the error for the model on stderr, at the same restore point; then the next request as usual.
 
+Ungradable episodes: a RewardAssigned with verdict `error` (the verifier could not grade: the task was
+not on hand, the snapshot was missing, the sandbox failed; `Grade.trainable` is false) is appended, and the
+episode then fails with `verifier_error` (retryable) into `trajectories.failed`: it never reaches the
+learner, where its 0.0 would be trained on as if the policy had earned it.
+
+Record budget (`schemas.budget`): each SandboxRequest asks for the step's share of the episode's inline
+output budget, each StepExecuted is fitted to it in encoded bytes before it is appended, an ActionProposed
+over `ACTION_MAX` is refused (`oversized`), the grade's lists are capped, and once the episode has logged
+`EPISODE_LOG_BUDGET` bytes no further action is asked for: the workspace is graded as at the step limit.
+So the row, the requests and the trajectory stay under the broker's record limit for any run.
+
 Failure answers: a sandbox worker that cannot do what a request asks answers with an `EpisodeFailed` whose
 header echoes the request (`on_sandbox_failed`). `invalid_action` (a write outside the workspace, a patch
 that does not apply) fails the episode at once: the policy is at fault and a retry would fail the same way.
@@ -57,11 +68,18 @@ from enum import StrEnum
 from typing import Any
 
 from schemas.actions import InvalidReply, Submit
-from schemas.budget import ACTION_MAX, EPISODE_LOG_BUDGET, fit_output, inline_output_bytes, stream_limit
+from schemas.budget import (
+    ACTION_MAX,
+    EPISODE_LOG_BUDGET,
+    fit_output,
+    fit_reward,
+    inline_output_bytes,
+    stream_limit,
+)
 from schemas.chain import digest
 from schemas.codec import default_codec
 from schemas.commands import AbortEpisode, StartEpisode
-from schemas.common import EpisodeConfig, EventMeta, FailureClass, Output
+from schemas.common import EpisodeConfig, EventMeta, FailureClass, Output, Verdict
 from schemas.events import (
     ActionProposed,
     EpisodeCompleted,
@@ -327,16 +345,30 @@ def on_executed(state: OwnerState, answer: StepExecuted, *, origin: Origin, now_
 
 
 def on_reward(state: OwnerState, answer: RewardAssigned, *, origin: Origin, now_us: int) -> Effects:
-    """Append the grade, complete the episode and hand the whole trajectory to the learner."""
-    draft = _accept(state, RequestKind.VERIFY, answer)
+    """Append the grade (its lists capped, `schemas.budget.fit_reward`), complete the episode and hand the
+    whole trajectory to the learner."""
+    draft = _accept(state, RequestKind.VERIFY, fit_reward(answer))
     if draft.rejected is not None:
         return draft
+    return _end_graded(draft, origin, now_us)
+
+
+def _end_graded(draft: Effects, origin: Origin, now_us: int) -> Effects:
+    """After the RewardAssigned: EpisodeCompleted and the trajectory for the learner; or, when the verifier
+    could not grade (verdict `error`, which no learner may train on), EpisodeFailed(verifier_error) and
+    the trajectory on `trajectories.failed`. The RewardAssigned stays in the log: its report says why."""
     episode = draft.state.episode
-    started = _started(episode)
+    started, reward = _started(episode), episode.reward
+    if reward is None:
+        raise OwnerError(f"episode {episode.episode_id}: rewarded without a reward")
+    if reward.verdict is Verdict.ERROR:
+        report = "" if reward.report is None else f"; report {reward.report.sha256}"
+        reason = f"the verifier ({reward.verifier}) could not grade step {reward.meta.step}{report}"
+        return _fail(draft, FailureClass.VERIFIER_ERROR, reason, origin, now_us)
     completed = EpisodeCompleted(
         _meta(origin, episode, now_us),
-        answer.reward,
-        answer.verdict,
+        reward.reward,
+        reward.verdict,
         episode.step,
         now_us - started.meta.occurred_at_us,
     )
@@ -696,20 +728,7 @@ def resume(state: OwnerState, *, origin: Origin, now_us: int) -> Effects:
     if phase is Phase.AWAITING_VERIFICATION:
         return _issue(draft, RequestKind.VERIFY, 1, origin, now_us)
     if phase is Phase.REWARDED:
-        reward = episode.reward
-        started = _started(episode)
-        if reward is None:
-            raise OwnerError(f"episode {episode.episode_id}: rewarded without a reward")
-        completed = EpisodeCompleted(
-            _meta(origin, episode, now_us),
-            reward.reward,
-            reward.verdict,
-            episode.step,
-            now_us - started.meta.occurred_at_us,
-        )
-        draft = _append(draft, completed)
-        trajectory = _completed_trajectory(draft.state, origin, now_us)
-        return dataclasses.replace(draft, trajectory=trajectory)
+        return _end_graded(draft, origin, now_us)
     if phase is Phase.COMPLETED:
         return dataclasses.replace(draft, trajectory=_completed_trajectory(state, origin, now_us))
     if phase is Phase.FAILED and isinstance(episode.outcome, EpisodeFailed) and episode.started is not None:

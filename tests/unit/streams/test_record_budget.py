@@ -17,16 +17,20 @@ from schemas.actions import RunCommand, Submit
 from schemas.budget import (
     BROKER_RECORD_LIMIT,
     EPISODE_LOG_BUDGET,
+    LINES_MAX,
     RECORD_BUDGET,
     STREAM_INLINE_FLOOR,
     STREAM_INLINE_MAX,
+    TAIL_MAX,
 )
 from schemas.codec import default_codec
-from schemas.common import Output
-from schemas.events import StepExecuted
+from schemas.common import FailureClass, Output, Verdict
+from schemas.events import RewardAssigned, StepExecuted
+from schemas.fold import apply
 from schemas.requests import PolicyRequest, SandboxRequest, VerifyRequest
-from schemas.trajectories import TrajectoryCompleted
-from streams.owner import Effects, Rejection
+from schemas.state import EpisodeState, Phase
+from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
+from streams.owner import Effects, Rejection, resume
 from streams.rows import Row
 from tests.unit.streams.world import CONFIG, Driver, Workers, start_command
 
@@ -127,3 +131,66 @@ def test_an_action_over_the_action_limit_is_refused_not_appended() -> None:
     huge = workers.act(driver.last_request, RunCommand("echo " + "x" * 200_000))
     out = driver.feed(huge)
     assert out.rejected is Rejection.OVERSIZED and out.events == ()
+
+
+def _graded(reward: RewardAssigned) -> Driver:
+    driver, workers = Driver(), Workers()
+    driver.feed(start_command())
+    driver.feed(workers.act(driver.last_request, Submit("done")))
+    request = driver.last_request
+    assert isinstance(request, VerifyRequest)
+    driver.feed(dataclasses.replace(reward, meta=workers.grade(request).meta))
+    return driver
+
+
+def _reward(verdict: Verdict, reward: float, **lists: tuple[str, ...]) -> RewardAssigned:
+    meta = Driver().origin.event_meta(
+        run_id="", episode_id="", task_id="", task_version="", step=0, attempt=1, policy_version=0,
+        prev_hash="", snapshot_id=None,
+    )  # fmt: skip
+    blank = RewardAssigned(meta, reward, verdict, 0, 3, (), (), "verifier-1")
+    return dataclasses.replace(blank, **lists)
+
+
+def test_an_ungradable_episode_fails_as_verifier_error_and_never_reaches_the_learner() -> None:
+    """Before: a verdict `error` (0.0, not trainable) became EpisodeCompleted and a TrajectoryCompleted."""
+    driver = _graded(_reward(Verdict.ERROR, 0.0))
+    out = driver.effects[-1]
+    kinds = [type(e.event).__name__ for e in out.events]
+    assert kinds == ["RewardAssigned", "EpisodeFailed"]
+    trajectory = out.trajectory
+    assert isinstance(trajectory, TrajectoryFailed) and trajectory.failure is FailureClass.VERIFIER_ERROR
+    assert "could not grade" in trajectory.reason and len(trajectory.steps) == 1
+    assert driver.state.episode.phase is Phase.FAILED
+    # A worker that lost the row after the RewardAssigned decides the same from the log alone.
+    rewarded = dataclasses.replace(driver.state, episode=fold_events(driver, upto="RewardAssigned"))
+    again = resume(rewarded, origin=driver.origin, now_us=driver.now_us)
+    assert isinstance(again.trajectory, TrajectoryFailed)
+    assert again.trajectory.failure is FailureClass.VERIFIER_ERROR
+
+
+def fold_events(driver: Driver, upto: str) -> EpisodeState:
+    state = EpisodeState.new(driver.state.episode.episode_id)
+    for appended in driver.appended:
+        state = apply(state, appended.event, appended.digest)
+        if type(appended.event).__name__ == upto:
+            break
+    return state
+
+
+def test_a_graded_episode_with_huge_lists_of_evidence_stays_in_its_budget() -> None:
+    line = "x" * 100_000
+    signals = tuple(f"signal {i}: {line}" for i in range(1_000))
+    driver = _graded(
+        _reward(Verdict.TAMPERED, -1.0, tamper_signals=signals, tampered_paths=("tests/\udcff.py",) * 500)
+    )
+    out = driver.effects[-1]
+    assert isinstance(out.trajectory, TrajectoryCompleted) and out.trajectory.reward == -1.0
+    (graded,) = (e for e in out.events if isinstance(e.event, RewardAssigned))
+    assert len(graded.data) <= TAIL_MAX
+    assert isinstance(graded.event, RewardAssigned)
+    assert len(graded.event.tamper_signals) == LINES_MAX and graded.event.tamper_signals[0].startswith(
+        "signal 0"
+    )
+    assert "more (see the report)" in graded.event.tamper_signals[-1]
+    assert CODEC.decode_as(graded.data, RewardAssigned) == graded.event
