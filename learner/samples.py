@@ -6,6 +6,11 @@ holds (the instruction and steps 0..k-1), with the same prompt encoder the polic
 length against the recorded one: a mismatch means the learner would train on a context the policy never
 saw, so the sample is refused (and counted), never guessed.
 
+Observations are the steps' inline output text, which is exactly what the policy was shown: the owner fits
+each stream to the record budget (`schemas.budget`) before it appends the step, and the PolicyRequests
+carry the appended history. So a trajectory needs nothing from the object store to be trained on; the whole
+stream behind `Output.full` is for audit, not for the prompt.
+
 Prompt encoders sit behind `PromptEncoder`. `BytesPromptEncoder` is what the non-neural plugins
 (`scripted`, `random`) report: the instruction's UTF-8 bytes (`actors.rollout.policy.prompt_length`).
 The chat encoder of the LLM policy (`actors.rollout.llm.ChatPromptEncoder`) is loaded lazily by name.

@@ -145,10 +145,15 @@ class Output:
 
     @classmethod
     def capture(cls, data: bytes, limit: int, store: ObjectStore | None = None) -> Output:
-        """Keep the first `limit` bytes inline; with a store, keep the whole stream there when cut."""
+        """Keep the first `limit` bytes inline (at most `limit` bytes of UTF-8 text, replacement characters
+        counted); with a store, keep the whole stream there when cut."""
         truncated = len(data) > limit
         full = store.put(data, TEXT_PLAIN) if truncated and store is not None else None
-        return cls(data[:limit].decode("utf-8", "replace"), truncated, len(data), full)
+        text = data[:limit].decode("utf-8", "replace")
+        encoded = text.encode("utf-8")
+        if len(encoded) > limit:  # each invalid byte became U+FFFD, three bytes: keep `limit` on the wire
+            text, truncated = encoded[:limit].decode("utf-8", "ignore"), True
+        return cls(text, truncated, len(data), full)
 
     def to_record(self) -> AvroDict:
         return {

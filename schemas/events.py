@@ -140,6 +140,8 @@ class RewardAssigned:
     tampered_paths: tuple[str, ...]
     verifier: str
     report: BlobRef | None = None
+    # Evidence lines of tampering seen while the tests ran (since v2; any one grades tampered, -1.0).
+    tamper_signals: tuple[str, ...] = ()
 
     def to_record(self) -> AvroDict:
         return {
@@ -151,6 +153,8 @@ class RewardAssigned:
             "failed_tests": self.failed_tests,
             # Names as `os.fsdecode` gives them; not every one is UTF-8 (see `schemas.fsnames`).
             "tampered_paths": to_wire_all(self.tampered_paths),
+            # Evidence may quote a file name or a value of the graded code: carried losslessly the same way.
+            "tamper_signals": to_wire_all(self.tamper_signals),
             "verifier": self.verifier,
             "report": optional(self.report),
         }
@@ -167,6 +171,7 @@ class RewardAssigned:
             from_wire_all(rec["tampered_paths"]),
             rec["verifier"],
             from_optional(rec["report"], BlobRef.from_record),
+            from_wire_all(rec["tamper_signals"]),
         )
 
 

@@ -8,6 +8,9 @@ The one place where the order of an episode is enforced and where duplicates are
   was no tool call) is a step like any other: its StepExecuted is the owner's, not a sandbox's.
 * Truncation: the StepExecuted of step `config.max_steps - 1` ends the acting. The workspace is graded as
   it is (phase awaiting_verification, as after a submit), so RewardAssigned follows without a Submit.
+  The owner also truncates by size (`schemas.budget.EPISODE_LOG_BUDGET` of logged bytes): then the
+  RewardAssigned follows a StepExecuted in phase awaiting_action, which the fold accepts after any
+  executed step (the sizes are the log's, not the state's).
 * An event for a slot already filled is a duplicate when it has the same event id, or the same
   step and attempt (same episode and kind by construction of the slot); it is ignored and the state is
   returned unchanged, so at-least-once delivery is harmless. A *different* event for a filled slot is a
@@ -189,8 +192,10 @@ def _on_executed(state: EpisodeState, event: StepExecuted, digest: str) -> Episo
 def _on_reward(state: EpisodeState, event: RewardAssigned, digest: str) -> EpisodeState:
     if state.reward is not None:
         return _duplicate_or_conflict(state, state.reward, event)
-    if state.phase is Phase.AWAITING_ACTION and _at_step_limit(state):
-        # A snapshot written before truncation was graded still says awaiting_action at the limit.
+    if state.phase is Phase.AWAITING_ACTION and (_at_step_limit(state) or state.history):
+        # A snapshot written before truncation was graded still says awaiting_action at the limit; and the
+        # owner truncates an episode by size (`schemas.budget`) after any executed step: the byte count it
+        # decides on is the log's, not the state's, so the fold accepts the grade and audit rechecks it.
         _expect_next(state, event, Phase.AWAITING_ACTION)
     else:
         _expect_next(state, event, Phase.AWAITING_VERIFICATION)

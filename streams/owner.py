@@ -33,6 +33,17 @@ Invalid replies: an ActionProposed whose action is an `InvalidReply` (the reply 
 step that no sandbox executes. The owner answers it itself, in the same effects: a StepExecuted with exit
 code 2 and the error for the model on stderr, at the same restore point; then the next request as usual.
 
+Ungradable episodes: a RewardAssigned with verdict `error` (the verifier could not grade: the task was
+not on hand, the snapshot was missing, the sandbox failed; `Grade.trainable` is false) is appended, and the
+episode then fails with `verifier_error` (retryable) into `trajectories.failed`: it never reaches the
+learner, where its 0.0 would be trained on as if the policy had earned it.
+
+Record budget (`schemas.budget`): each SandboxRequest asks for the step's share of the episode's inline
+output budget, each StepExecuted is fitted to it in encoded bytes before it is appended, an ActionProposed
+over `ACTION_MAX` is refused (`oversized`), the grade's lists are capped, and once the episode has logged
+`EPISODE_LOG_BUDGET` bytes no further action is asked for: the workspace is graded as at the step limit.
+So the row, the requests and the trajectory stay under the broker's record limit for any run.
+
 Failure answers: a sandbox worker that cannot do what a request asks answers with an `EpisodeFailed` whose
 header echoes the request (`on_sandbox_failed`). `invalid_action` (a write outside the workspace, a patch
 that does not apply) fails the episode at once: the policy is at fault and a retry would fail the same way.
@@ -57,10 +68,18 @@ from enum import StrEnum
 from typing import Any
 
 from schemas.actions import InvalidReply, Submit
+from schemas.budget import (
+    ACTION_MAX,
+    EPISODE_LOG_BUDGET,
+    fit_output,
+    fit_reward,
+    inline_output_bytes,
+    stream_limit,
+)
 from schemas.chain import digest
 from schemas.codec import default_codec
 from schemas.commands import AbortEpisode, StartEpisode
-from schemas.common import EpisodeConfig, EventMeta, FailureClass, Output
+from schemas.common import EpisodeConfig, EventMeta, FailureClass, Output, Verdict
 from schemas.events import (
     ActionProposed,
     EpisodeCompleted,
@@ -115,6 +134,7 @@ class Rejection(StrEnum):
     ENDED = "ended"  # the episode is completed or failed
     INVALID = "invalid"  # passed the checks but the fold refused it (a forged or corrupt answer)
     UNEXPECTED_FAILURE = "unexpected_failure"  # a failure class the answering worker may not report
+    OVERSIZED = "oversized"  # an action over `schemas.budget.ACTION_MAX` encoded bytes: never appended
 
 
 # What redelivery after a crash produces by itself: counted by the caller, not dead-lettered.
@@ -193,6 +213,9 @@ class OwnerState:
     task: TaskInfo | None = None
     sampling: SamplingParams = field(default_factory=SamplingParams)
     outstanding: Outstanding | None = None
+    # Bytes of the episode's events as logged (the row's events), for the record budget; derived from the
+    # row's events when a row is read, so it is not in `to_record`.
+    logged_bytes: int = field(default=0, compare=False)
 
     @classmethod
     def new(cls, episode_id: str) -> OwnerState:
@@ -295,7 +318,7 @@ def _invalid_reply_result(state: OwnerState, origin: Origin, now_us: int) -> Ste
     pending = episode.pending_action
     if pending is None or not isinstance(pending.action, InvalidReply):
         raise OwnerError(f"episode {episode.episode_id}: no invalid reply is pending")
-    limit = _config(state).output_limit_bytes
+    limit = step_output_limit(state)
     error = pending.action.error.encode("utf-8")
     return StepExecuted(
         _meta(origin, episode, now_us),
@@ -308,7 +331,13 @@ def _invalid_reply_result(state: OwnerState, origin: Origin, now_us: int) -> Ste
 
 
 def on_executed(state: OwnerState, answer: StepExecuted, *, origin: Origin, now_us: int) -> Effects:
-    """Append the step's result; then ask the policy for the next step (or grade at the step limit)."""
+    """Append the step's result, each stream fitted to the step's inline limit (`schemas.budget`); then ask
+    the policy for the next step (or grade at the step or size limit)."""
+    if state.episode.started is not None and check_answer(state, RequestKind.SANDBOX, answer) is None:
+        limit = step_output_limit(state)
+        answer = dataclasses.replace(
+            answer, stdout=fit_output(answer.stdout, limit), stderr=fit_output(answer.stderr, limit)
+        )
     draft = _accept(state, RequestKind.SANDBOX, answer)
     if draft.rejected is not None:
         return draft
@@ -316,16 +345,30 @@ def on_executed(state: OwnerState, answer: StepExecuted, *, origin: Origin, now_
 
 
 def on_reward(state: OwnerState, answer: RewardAssigned, *, origin: Origin, now_us: int) -> Effects:
-    """Append the grade, complete the episode and hand the whole trajectory to the learner."""
-    draft = _accept(state, RequestKind.VERIFY, answer)
+    """Append the grade (its lists capped, `schemas.budget.fit_reward`), complete the episode and hand the
+    whole trajectory to the learner."""
+    draft = _accept(state, RequestKind.VERIFY, fit_reward(answer))
     if draft.rejected is not None:
         return draft
+    return _end_graded(draft, origin, now_us)
+
+
+def _end_graded(draft: Effects, origin: Origin, now_us: int) -> Effects:
+    """After the RewardAssigned: EpisodeCompleted and the trajectory for the learner; or, when the verifier
+    could not grade (verdict `error`, which no learner may train on), EpisodeFailed(verifier_error) and
+    the trajectory on `trajectories.failed`. The RewardAssigned stays in the log: its report says why."""
     episode = draft.state.episode
-    started = _started(episode)
+    started, reward = _started(episode), episode.reward
+    if reward is None:
+        raise OwnerError(f"episode {episode.episode_id}: rewarded without a reward")
+    if reward.verdict is Verdict.ERROR:
+        report = "" if reward.report is None else f"; report {reward.report.sha256}"
+        reason = f"the verifier ({reward.verifier}) could not grade step {reward.meta.step}{report}"
+        return _fail(draft, FailureClass.VERIFIER_ERROR, reason, origin, now_us)
     completed = EpisodeCompleted(
         _meta(origin, episode, now_us),
-        answer.reward,
-        answer.verdict,
+        reward.reward,
+        reward.verdict,
         episode.step,
         now_us - started.meta.occurred_at_us,
     )
@@ -466,6 +509,8 @@ def _accept(state: OwnerState, kind: RequestKind, answer: Answer) -> Effects:
         draft = _append(Effects(state), answer)
     except FoldError:
         return Effects(state, rejected=Rejection.INVALID)
+    if kind is RequestKind.POLICY and len(draft.events[-1].data) > ACTION_MAX:
+        return Effects(state, rejected=Rejection.OVERSIZED)
     return dataclasses.replace(draft, state=dataclasses.replace(draft.state, outstanding=None))
 
 
@@ -477,9 +522,10 @@ def _append(draft: Effects, event: EpisodeEvent) -> Effects:
     data = default_codec().encode(event)
     hashed = digest(data)
     episode = apply(draft.state.episode, event, hashed)
+    logged = draft.state.logged_bytes + len(data)
     return dataclasses.replace(
         draft,
-        state=dataclasses.replace(draft.state, episode=episode),
+        state=dataclasses.replace(draft.state, episode=episode, logged_bytes=logged),
         events=(*draft.events, Appended(event, data, hashed)),
     )
 
@@ -489,13 +535,31 @@ def _next_action(draft: Effects, origin: Origin, now_us: int) -> Effects:
     max_steps = _config(draft.state).max_steps
     if max_steps < 1:  # nothing would ever be sampled: there is no trajectory to grade
         return _fail(draft, FailureClass.STEP_LIMIT, "max_steps is 0: no step allowed", origin, now_us)
-    if draft.state.episode.phase is Phase.AWAITING_VERIFICATION or _at_step_limit(draft.state):
+    state = draft.state
+    if state.episode.phase is Phase.AWAITING_VERIFICATION or _at_step_limit(state) or _at_size_limit(state):
         return _issue(draft, RequestKind.VERIFY, 1, origin, now_us)
     return _issue(draft, RequestKind.POLICY, 1, origin, now_us)
 
 
 def _at_step_limit(state: OwnerState) -> bool:
     return state.episode.step >= _config(state).max_steps
+
+
+def _at_size_limit(state: OwnerState) -> bool:
+    """The episode has logged its budget: one more step could push a record past the broker's limit."""
+    return state.logged_bytes >= EPISODE_LOG_BUDGET
+
+
+def step_output_limit(state: OwnerState) -> int:
+    """Inline bytes per stream for the next step: the episode's limit within its inline budget."""
+    used = inline_output_bytes(
+        output for step in state.episode.history if step.result for output in _streams(step.result)
+    )
+    return stream_limit(_config(state).output_limit_bytes, used)
+
+
+def _streams(result: StepExecuted) -> tuple[Output, Output]:
+    return result.stdout, result.stderr
 
 
 def _issue(draft: Effects, kind: RequestKind, attempt: int, origin: Origin, now_us: int) -> Effects:
@@ -521,9 +585,8 @@ def _request(state: OwnerState, kind: RequestKind, attempt: int, origin: Origin,
     pending = episode.pending_action
     if pending is None or isinstance(pending.action, Submit | InvalidReply):
         raise OwnerError(f"episode {episode.episode_id}: a sandbox request needs a pending sandbox action")
-    return SandboxRequest(
-        meta, started.image, pending.action, config.sandbox_timeout_s, config.output_limit_bytes, task.limits
-    )
+    limit = step_output_limit(state)
+    return SandboxRequest(meta, started.image, pending.action, config.sandbox_timeout_s, limit, task.limits)
 
 
 def _base_timeout_s(state: OwnerState, kind: RequestKind) -> float:
@@ -665,20 +728,7 @@ def resume(state: OwnerState, *, origin: Origin, now_us: int) -> Effects:
     if phase is Phase.AWAITING_VERIFICATION:
         return _issue(draft, RequestKind.VERIFY, 1, origin, now_us)
     if phase is Phase.REWARDED:
-        reward = episode.reward
-        started = _started(episode)
-        if reward is None:
-            raise OwnerError(f"episode {episode.episode_id}: rewarded without a reward")
-        completed = EpisodeCompleted(
-            _meta(origin, episode, now_us),
-            reward.reward,
-            reward.verdict,
-            episode.step,
-            now_us - started.meta.occurred_at_us,
-        )
-        draft = _append(draft, completed)
-        trajectory = _completed_trajectory(draft.state, origin, now_us)
-        return dataclasses.replace(draft, trajectory=trajectory)
+        return _end_graded(draft, origin, now_us)
     if phase is Phase.COMPLETED:
         return dataclasses.replace(draft, trajectory=_completed_trajectory(state, origin, now_us))
     if phase is Phase.FAILED and isinstance(episode.outcome, EpisodeFailed) and episode.started is not None:

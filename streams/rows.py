@@ -111,6 +111,7 @@ def _decode_v2(data: bytes) -> Row:
         None if task is None else TaskInfo.from_record(task),
         SamplingParams.from_record(header["sampling"]),
         None if outstanding is None else Outstanding.from_record(outstanding),
+        sum(map(len, events)),
     )
     return Row(state, header["partition"], header["watermark"], tuple(events))
 
@@ -124,8 +125,9 @@ def _decode_v1(data: bytes) -> Row:
     if not isinstance(episode, EpisodeState):
         raise ValueError(f"episodes row holds a {type(episode).__name__}, not an EpisodeSnapshot")
     rec = {**body, "episode": episode.to_record()}
-    state = OwnerState.from_record(rec)
-    return Row(state, body["partition"], body["log_offset"], _logged_bytes(episode))
+    events = _logged_bytes(episode)
+    state = dataclasses.replace(OwnerState.from_record(rec), logged_bytes=sum(map(len, events)))
+    return Row(state, body["partition"], body["log_offset"], events)
 
 
 def _logged_bytes(episode: EpisodeState) -> tuple[bytes, ...]:

@@ -118,6 +118,8 @@ from streams.telemetry import metrics, tracing
 
 log = logging.getLogger(__name__)
 
+DEAD_LETTER_VALUE_MAX = 512 * 1024  # bytes of a refused input a dead letter keeps (see _dead_letter)
+
 COMMANDS, EVENTS, DEADLETTER = (
     topics.EPISODE_COMMANDS.name,
     topics.EPISODE_EVENTS.name,
@@ -288,7 +290,7 @@ class EpisodeWorker:
             return None
         if episode is row.state.episode:  # `apply` returns the state itself for a duplicate
             return None
-        state = replace(row.state, episode=episode)
+        state = replace(row.state, episode=episode, logged_bytes=row.state.logged_bytes + len(value))
         if isinstance(event, EpisodeStarted):
             task, sampling = self.tasks.get(event.meta.task_id), sampling_for(event.seed, self.sampling)
             state = replace(state, task=task, sampling=sampling)
@@ -521,13 +523,20 @@ class EpisodeWorker:
     def _dead_letter(self, work: _Work, record: Input, reason: str, detail: str) -> None:
         self._count(f"deadletter.{reason}")
         metrics.dead_letter(reason, "streams")
+        value = record.value
+        if value is not None and len(value) > DEAD_LETTER_VALUE_MAX:
+            # An input near the broker's limit plus the letter's own fields would be over it, and a dead
+            # letter that cannot be written fails the batch again and again; the input itself stays on its
+            # topic (kept forever) at the partition and offset the letter names.
+            detail = f"value cut from {len(value)} bytes; {detail}"
+            value = value[:DEAD_LETTER_VALUE_MAX]
         letter = DeadLetter(
             RecordMeta(self.origin.ids.new_id(), self.clock.now_us(), self.origin.producer),
             self.topic(record.topic),
             record.partition,
             record.offset,
             record.key,
-            record.value,
+            value,
             reason,
             detail[:2000],
         )

@@ -2,9 +2,12 @@
 
 The request names the task (`meta.task_id`, `meta.task_version`) and the final workspace
 (`meta.snapshot_id`); the answer echoes the request's header (episode, step, attempt, chain head, snapshot)
-and carries the grade: reward, verdict, passed/total, the failed test ids and the tampered paths, so that
-tampering is a fact in the log, not only a number. A JSON report (the grade, the detail of an error, the
-tail of the build or harness output) goes to the object store, referenced by `report`.
+and carries the grade: reward, verdict, passed/total, the failed test ids, the tampered paths and the tamper
+signals (evidence lines of tampering seen while the tests ran), so that tampering is a fact in the log, not
+only a number. Each list is capped (`schemas.budget.fit_reward`: the record fits its budget whatever the
+graded code made the harness see) and made encodable (a lone surrogate from a name or a print never makes
+the -1.0 unencodable); the report keeps the grade whole. A JSON report (the grade, the detail of an error,
+the tail of the build or harness output) goes to the object store, referenced by `report`.
 
 Whatever stops grading (a task not on hand at that version, no snapshot, a snapshot missing from the
 store, a sandbox failure) is answered with verdict `error` and reward 0.0, which the learner must not train
@@ -30,8 +33,10 @@ from actors.verifier.grading import Grader
 from actors.verifier.tasks import TaskSource, TaskUnavailable
 from schemas import topics
 from schemas.blobs import BlobRef, ObjectStore
+from schemas.budget import fit_reward
 from schemas.common import Verdict
 from schemas.events import RewardAssigned
+from schemas.fsnames import to_wire
 from schemas.origin import Origin
 from schemas.requests import VerifyRequest
 from streams.kafka.request_loop import Route
@@ -134,14 +139,36 @@ def reward_assigned(
 ) -> RewardAssigned:
     """The answer to `request`: its header echoed, the grade's fields."""
     grade = verification.grade
-    return RewardAssigned(
+    answer = RewardAssigned(
         meta=origin.reply_meta(request.meta),
         reward=grade.reward,
         verdict=Verdict(grade.verdict.value),
         passed=grade.passed,
         total=grade.total,
-        failed_tests=grade.failed_tests,
+        failed_tests=tuple(map(_utf8, grade.failed_tests)),
         tampered_paths=grade.tampered_paths,
         verifier=verifier,
         report=report,
+        tamper_signals=tuple(map(_fsname_safe, grade.tamper_signals)),
     )
+    return fit_reward(answer)
+
+
+def _utf8(line: str) -> str:
+    """A test id as text UTF-8 can carry: an id naming a file whose name is not UTF-8 holds a lone
+    surrogate, which would make the record, and with it the grade, unencodable; it is written `\\udcXX`."""
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        return line.encode("utf-8", "backslashreplace").decode("utf-8")
+    return line
+
+
+def _fsname_safe(line: str) -> str:
+    """An evidence line as the lossless name form (`schemas.fsnames`) carries it: any `os.fsdecode` text;
+    a surrogate `os.fsdecode` never makes (the graded code can print anything) is written `\\udXXX`."""
+    try:
+        to_wire(line)
+    except UnicodeEncodeError:
+        return line.encode("utf-8", "backslashreplace").decode("utf-8")
+    return line

@@ -20,6 +20,7 @@ from ops.paths import REPO_ROOT
 from sandbox_agent.hosttree import read_tree
 from sandbox_agent.snapshots import SnapshotStore
 from schemas.blobs import BlobRef, MemoryObjectStore
+from schemas.budget import LINES_MAX, TAIL_MAX
 from schemas.codec import default_codec
 from schemas.common import Verdict
 from tests.unit.actors.requests import SNAPSHOT, fixed_origin, request_meta, verify_request
@@ -170,3 +171,26 @@ def test_a_full_pass_is_verdict_pass(task: Task) -> None:
     passed = grade(expected=task.test_ids, reports=[(t, Outcome.PASSED) for t in task.test_ids])
     answer = reward_assigned(fixed_origin("verifier"), verify_request(), Verification(passed, 1.0))
     assert (answer.verdict, answer.reward, answer.failed_tests) == (Verdict.PASS, 1.0, ())
+
+
+def test_tamper_signals_reach_the_reward_encodable_and_capped(tasks: FolderTasks, task: Task) -> None:
+    """The evidence is in the log next to the -1.0, whatever the graded code made it quote: a name that
+    is not UTF-8, a lone surrogate no file name has, a thousand long lines."""
+    odd = os.fsdecode(b"conftest\xff.py")
+    signals = [f"framework object replaced from {odd}", "an object compares equal to everything: \ud800"]
+    signals += [f"gc walk #{i}: " + "x" * 10_000 for i in range(1_000)]
+    tampered = grade(expected=task.test_ids, reports=(), tamper_signals=signals)
+    assert tampered.verdict.value == "tampered" and tampered.tamper_signals
+    objects = MemoryObjectStore()
+    worker = VerifierWorker(
+        tasks, FakeGrader({SNAPSHOT: Verification(tampered, 0.5)}), objects, fixed_origin()
+    )
+    answer = worker.handle(verify_request(_meta(task, snapshot_id=SNAPSHOT)))  # type: ignore[arg-type]
+    data = default_codec().encode(answer)
+    assert default_codec().decode(data) == answer and len(data) <= TAIL_MAX
+    assert (answer.verdict, answer.reward) == (Verdict.TAMPERED, -1.0)
+    assert answer.tamper_signals[0] == signals[0]  # the lossless form gives the fsdecode name back
+    assert answer.tamper_signals[1] == "an object compares equal to everything: \\ud800"
+    assert len(answer.tamper_signals) == LINES_MAX and "more (see the report)" in answer.tamper_signals[-1]
+    assert answer.report is not None
+    assert len(json.loads(objects.get(answer.report))["tamper_signals"]) == len(signals)

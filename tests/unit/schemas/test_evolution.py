@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from io import BytesIO
 from typing import Any
 
@@ -12,9 +13,10 @@ from schemas.actions import INVALID_REPLY_CHARS, InvalidReply, RunCommand, Submi
 from schemas.catalog import SchemaCatalog, SchemaVersion, compile_version, expand
 from schemas.codec import MAGIC, Codec, DecodeError, DecodeReason
 from schemas.common import FailureClass, Verdict
-from schemas.events import ActionProposed, StepExecuted
+from schemas.events import ActionProposed, RewardAssigned, StepExecuted
 from schemas.fold import fold
 from schemas.requests import PolicyRequest, SamplingParams
+from schemas.state import EpisodeState
 from schemas.testing import EpisodeScript
 from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
 from schemas.upcasters import SIGKILL_EXIT, upcast_chain
@@ -192,7 +194,7 @@ def test_v1_messages_carrying_actions_are_read_by_todays_code(codec: Codec) -> N
         data = write_with(v1, value.to_record())
         assert codec.schema_of(data) == (value.SCHEMA, 1)
         assert codec.decode_as(data, type(value)) == value
-        assert codec.schema_of(codec.encode(value)) == (value.SCHEMA, 2)
+        assert codec.schema_of(codec.encode(value))[1] >= 2
 
 
 def test_an_invalid_reply_round_trips_in_every_v2_carrier(codec: Codec) -> None:
@@ -211,3 +213,45 @@ def test_an_invalid_reply_round_trips_in_every_v2_carrier(codec: Codec) -> None:
     with pytest.raises(DecodeError) as err:
         v1_only.decode_record(codec.encode(script.events[1]))
     assert err.value.reason is DecodeReason.UNKNOWN_FINGERPRINT
+
+
+# -- v2 of RewardAssigned: tamper signals (and v3 of the EpisodeSnapshot that embeds it) --------------------
+
+
+def _graded(codec: Codec, signals: tuple[str, ...] = ()) -> tuple[EpisodeScript, RewardAssigned]:
+    script = _episode_with_steps(codec)
+    reward = script.reward(-1.0, Verdict.TAMPERED, passed=0, total=3)
+    graded = dataclasses.replace(reward, tampered_paths=("tests/t\udcff.py",), tamper_signals=signals)
+    return script, graded
+
+
+def test_a_v1_reward_reads_today_with_no_tamper_signals(codec: Codec) -> None:
+    """A v1 verifier recorded no signals: [] is what its records mean, so no upcaster is registered."""
+    _, graded = _graded(codec)
+    record = graded.to_record()
+    del record["tamper_signals"]  # what a v1 verifier wrote
+    v1 = codec.catalog.version(RewardAssigned.SCHEMA, 1)
+    data = write_with(v1, record)
+    assert codec.schema_of(data) == (RewardAssigned.SCHEMA, 1)
+    read = codec.decode_as(data, RewardAssigned)
+    assert read == graded and read.tamper_signals == () and read.tampered_paths == ("tests/t\udcff.py",)
+    assert upcast_chain(RewardAssigned.SCHEMA, 1, 2) == ()
+    assert codec.schema_of(codec.encode(read)) == (RewardAssigned.SCHEMA, 2)
+
+
+def test_tamper_signals_round_trip_losslessly_in_the_reward_and_the_snapshot(codec: Codec) -> None:
+    signals = ("framework object replaced: _pytest.runner.call_and_report", "gc walk from t\udcfe.py")
+    script, graded = _graded(codec, signals)
+    assert codec.decode_as(codec.encode(graded), RewardAssigned).tamper_signals == signals
+    state = dataclasses.replace(fold(script.entries), reward=graded)
+    assert codec.decode_as(codec.encode(state), EpisodeState).reward == graded
+    assert codec.schema_of(codec.encode(state)) == (EpisodeState.SCHEMA, 3)
+
+
+def test_a_v2_snapshot_with_a_v1_reward_reads_today(codec: Codec) -> None:
+    script, graded = _graded(codec)
+    record = dataclasses.replace(fold(script.entries), reward=graded).to_record()
+    del record["reward"][1]["tamper_signals"]  # (branch, record): fastavro's union notation
+    v2 = codec.catalog.version(EpisodeState.SCHEMA, 2)
+    read = codec.decode_as(write_with(v2, record), EpisodeState)
+    assert read.reward == graded

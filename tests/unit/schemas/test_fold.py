@@ -234,3 +234,24 @@ def test_fold_errors_name_the_position(script: EpisodeScript) -> None:
 def _bad_step(script: EpisodeScript) -> StepExecuted:
     script.step = 5
     return StepExecuted(script.meta("sandbox"), 0, *_outputs(), False, 1)
+
+
+def test_a_grade_after_an_executed_step_is_the_owners_size_truncation_and_folds(codec: Codec) -> None:
+    """The owner stops asking for actions once the episode logged its byte budget (`schemas.budget`): the
+    RewardAssigned then follows a StepExecuted in phase awaiting_action, before the step limit."""
+    script = EpisodeScript(codec)
+    script.start()
+    script.act(RunCommand("ls"))
+    script.execute(stdout=b"x\n")
+    assert fold(script.entries).phase is Phase.AWAITING_ACTION
+    script.reward()
+    script.complete()
+    assert fold(script.entries).phase is Phase.COMPLETED
+
+
+def test_a_grade_before_any_executed_step_is_still_out_of_order(codec: Codec) -> None:
+    script = EpisodeScript(codec)
+    script.start()
+    script.reward()
+    with pytest.raises(OutOfOrder):
+        fold(script.entries)

@@ -23,7 +23,7 @@ from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
 from streams.owner import OwnerState, TaskInfo
 from streams.ports import Headers, Input
 from streams.rows import Row
-from streams.worker import EpisodeWorker
+from streams.worker import DEAD_LETTER_VALUE_MAX, EpisodeWorker
 from tests.unit.streams.fake_rows import Crash, Rows
 from tests.unit.streams.world import (
     CONFIG,
@@ -250,6 +250,16 @@ def test_bad_records_are_dead_lettered_with_their_reason() -> None:
     letter = world.dead()[1]
     assert (letter.topic, letter.partition, letter.offset, letter.value) == ("policy.results", 0, 0, b"x")
     assert world.events() == []
+
+
+def test_a_dead_letter_of_an_input_near_the_record_limit_stays_under_it() -> None:
+    world = World()
+    worker = world.worker()
+    huge = b"\xc3\x01" + bytes(8) + b"x" * (1024 * 1024 - 100)  # as large as the broker let it through
+    world.deliver(worker, "policy.results", huge)
+    (letter,) = world.dead()
+    assert letter.value == huge[:DEAD_LETTER_VALUE_MAX] and f"cut from {len(huge)} bytes" in letter.detail
+    assert (letter.topic, letter.offset) == ("policy.results", 0)  # where the whole input still is
 
 
 def test_requests_carry_the_runs_sampling_parameters_with_the_episodes_seed() -> None:
