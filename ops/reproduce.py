@@ -33,6 +33,7 @@ from sandbox_agent.limits import ExecLimits, Quotas, SandboxSpec
 from sandbox_agent.results import StepResult
 from schemas.actions import InvalidReply, SandboxAction, Submit
 from schemas.blobs import ObjectStore
+from schemas.budget import fit_text, inline_output_bytes, stream_limit
 from schemas.events import StepExecuted
 from schemas.requests import ResourceLimits
 
@@ -56,14 +57,15 @@ class Observation:
         )  # fmt: skip
 
     @classmethod
-    def reproduced(cls, step: StepResult) -> Observation:
+    def reproduced(cls, step: StepResult, inline_limit: int) -> Observation:
+        """What the log would hold: each stream fitted to the step's inline limit, as the owner fits it."""
         result = step.result
         return cls(
             result.exit_code,
             result.timed_out,
             result.oom_killed,
-            result.stdout,
-            result.stderr,
+            fit_text(result.stdout, inline_limit),
+            fit_text(result.stderr, inline_limit),
             step.snapshot_id,
         )
 
@@ -192,7 +194,8 @@ def _maybe(value: float | None) -> str:
     return "-" if value is None else f"{value:g}"
 
 
-StepFn = Callable[[SandboxAction], StepResult]
+StepFn = Callable[[SandboxAction, ExecLimits], StepResult]
+"""Runs one action with the step's limits (its inline output shrinks as the episode's budget is spent)."""
 
 
 class StepRunner(Protocol):
@@ -223,6 +226,14 @@ def reproduce(
     spec = SandboxSpec(started.image, Quotas.from_resource_limits(limits))
     exec_limits = ExecLimits(started.config.sandbox_timeout_s, started.config.output_limit_bytes)
     results = {event.meta.step: event for event in episode.executions}
+
+    def inline_limit(step: int) -> int:  # the owner's `step_output_limit` from the recorded steps before
+        used = inline_output_bytes(
+            output for event in episode.executions if event.meta.step < step
+            for output in (event.stdout, event.stderr)
+        )  # fmt: skip
+        return stream_limit(started.config.output_limit_bytes, used)
+
     checks: list[StepCheck] = []
     final = started.meta.snapshot_id
     with runner.session(spec, started.meta.snapshot_id, exec_limits) as execute:
@@ -232,7 +243,8 @@ def reproduce(
             if isinstance(action, (Submit, InvalidReply)) or recorded is None:  # nothing was executed
                 checks.append(StepCheck(step, describe_action(action)))
                 continue
-            again = Observation.reproduced(execute(action))
+            limit = inline_limit(step)
+            again = Observation.reproduced(execute(action, replace(exec_limits, output_bytes=limit)), limit)
             was = Observation.recorded(recorded)
             checks.append(
                 StepCheck(step, describe_action(action), was, again, tuple(compare_observations(was, again)))
@@ -300,9 +312,11 @@ class SandboxSteps:
             if snapshot_id is not None:
                 self.backend.restore(sandbox, SnapshotId.parse(snapshot_id))
 
-            def execute(action: SandboxAction) -> StepResult:
+            def execute(action: SandboxAction, step_limits: ExecLimits) -> StepResult:
                 invocation = invocation_for(action, self.objects)
-                result = self.backend.exec(sandbox, invocation.argv, limits=limits, stdin=invocation.stdin)
+                result = self.backend.exec(
+                    sandbox, invocation.argv, limits=step_limits, stdin=invocation.stdin
+                )
                 return StepResult(result, str(self.backend.snapshot(sandbox)))
 
             yield execute

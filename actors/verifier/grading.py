@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +24,7 @@ from sandbox_agent.backend import SandboxBackend
 from sandbox_agent.hosttree import write_tree
 from sandbox_agent.limits import SandboxSpec
 from sandbox_agent.manifest import Kind, Manifest, SnapshotId
+from sandbox_agent.scratch import owned_temp_dir
 from sandbox_agent.snapshots import SnapshotStore
 from schemas.blobs import ObjectStore
 
@@ -68,7 +68,7 @@ def verify_snapshot(
 ) -> Verification:
     """`verify` on the workspace a snapshot holds; its duration includes the restore."""
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="trialog-grade-") as scratch:
+    with owned_temp_dir(prefix="trialog-grade-") as scratch:  # swept if this process is killed
         workspace = Path(scratch) / "workspace"
         workspace.mkdir(mode=0o700)
         restore_to_folder(objects, snapshot_id, workspace)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -11,7 +12,10 @@ from ops.runlog import LoggedRun
 from sandbox_agent.limits import ExecLimits, SandboxSpec
 from sandbox_agent.results import ExecResult, StepResult
 from schemas.actions import RunCommand, SandboxAction
-from tests.unit.ops.test_audit import healthy_run
+from schemas.budget import fit_text, stream_limit
+from schemas.common import EpisodeConfig, Output
+from schemas.events import StepExecuted
+from tests.unit.ops.test_audit import Episode, RunLog, healthy_run
 from tests.unit.ops.test_recheck import Grader, Tasks
 
 SAME = Observation(0, False, False, "ok\n", "", "snap-1")
@@ -38,13 +42,15 @@ class Runner:
         self.episode = episode
         self.odd = odd
         self.sessions: list[tuple[str, str | None, ExecLimits]] = []
+        self.step_limits: list[ExecLimits] = []
 
     @contextmanager
     def session(self, spec: SandboxSpec, snapshot_id: str | None, limits: ExecLimits) -> Iterator[StepFn]:
         self.sessions.append((spec.image, snapshot_id, limits))
         steps = iter(range(100))
 
-        def execute(action: SandboxAction) -> StepResult:
+        def execute(action: SandboxAction, step_limits: ExecLimits) -> StepResult:
+            self.step_limits.append(step_limits)
             step = next(steps)
             assert isinstance(action, RunCommand)
             out = "not ok\n" if action.command == self.odd else "ok\n"
@@ -88,3 +94,45 @@ def test_a_final_reward_that_differs_is_a_divergence() -> None:
         "verdict: recorded pass, reproduced fail",
     )
     assert result.verdict().startswith("the final reward diverges")
+
+
+def test_each_step_runs_with_the_inline_limit_the_owner_gave_it() -> None:
+    """Past the episode's inline output budget a step keeps less inline (`schemas.budget`): a reproduction
+    runs each step with the limit the run gave it and fits the output the same way, or every long step of a
+    long episode would differ."""
+    log = RunLog()
+    episode = Episode(log, "ep-1").start()
+    loud = "x" * (40 * 1024)
+    for _ in range(14):  # 16 KiB each: past 160 KiB the budget's share is below the configured limit
+        episode.step("yes")
+    # Rewrite the recorded steps as a real owner would have logged them: each stream fitted to its limit.
+    run = LoggedRun.collect(log.records)
+    recorded = run.episodes["ep-1"]
+    limits: list[int] = []
+    used = 0
+    for index, entry in enumerate(recorded.events):
+        if isinstance(entry.event, StepExecuted):
+            limit = stream_limit(EpisodeConfig(max_steps=16).output_limit_bytes, used)
+            limits.append(limit)
+            out = Output(fit_text(loud, limit), True, len(loud), None)
+            recorded.events[index] = dataclasses.replace(
+                entry, event=dataclasses.replace(entry.event, stdout=out)
+            )
+            used += len(out.text.encode()) + len(entry.event.stderr.text.encode())
+
+    class Loud(Runner):
+        @contextmanager
+        def session(self, spec: SandboxSpec, snapshot_id: str | None, limits: ExecLimits) -> Iterator[StepFn]:
+            with super().session(spec, snapshot_id, limits) as execute:
+
+                def loud_execute(action: SandboxAction, step_limits: ExecLimits) -> StepResult:
+                    step = execute(action, step_limits)
+                    return dataclasses.replace(step, result=dataclasses.replace(step.result, stdout=loud))
+
+                yield loud_execute
+
+    runner = Loud("ep-1")
+    result = reproduce(run, recorded, Tasks(), runner, Grader())
+    assert [limit.output_bytes for limit in runner.step_limits] == limits
+    assert limits[0] > limits[-1]  # the budget was spent: later steps kept less
+    assert all(check.why == () or "snapshot" in " ".join(check.why) for check in result.steps), result.table()
