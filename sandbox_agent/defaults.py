@@ -11,3 +11,6 @@ DEFAULT_MAX_STEPS_KEPT = 100_000
 DEFAULT_STEPS_KEPT_S = 86_400.0
 # How often every sandbox and verifier worker removes the sandboxes of dead owners on its host.
 DEFAULT_REAP_EVERY_S = 10.0
+# What one episode's snapshots may add to the object store, on one worker (`store_quota`): twice the default
+# workspace quota.
+DEFAULT_EPISODE_STORE_QUOTA = 2 * 1024 * 1024 * 1024

@@ -239,7 +239,10 @@ class IdempotentExecutor:
         *,
         limits: ExecLimits = DEFAULT_EXEC_LIMITS,
         stdin: bytes | None = None,
+        admit: Callable[[StepResult], StepResult] | None = None,
     ) -> StepResult:
+        """Exec and snapshot, once per key. `admit` may rewrite the step before it is recorded (the store
+        quota rolls a step back): what is recorded is what every duplicate is answered with."""
         with self._locks[hash(key) % _LOCK_STRIPES]:
             recorded = self.results.get(key)
             if recorded is not None:
@@ -247,5 +250,7 @@ class IdempotentExecutor:
             result = self.backend.exec(sandbox, argv, limits=limits, stdin=stdin)
             with tracing.child_span("sandbox.snapshot"):
                 step = StepResult(result, str(self.backend.snapshot(sandbox)))
+            if admit is not None:
+                step = admit(step)
             self.results.put(key, step)
             return step

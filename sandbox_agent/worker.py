@@ -27,12 +27,15 @@ from collections import OrderedDict
 
 from sandbox_agent.actions import InvalidAction, invalid_outcome, invocation_for
 from sandbox_agent.backend import Sandbox, SandboxBackend
+from sandbox_agent.defaults import DEFAULT_EPISODE_STORE_QUOTA
 from sandbox_agent.errors import SandboxError
 from sandbox_agent.idempotent import ExecKey, IdempotentExecutor, ResultStore
 from sandbox_agent.limits import ExecLimits, Quotas, SandboxSpec
 from sandbox_agent.manifest import SnapshotId
 from sandbox_agent.pool import WarmPools
 from sandbox_agent.results import StepResult
+from sandbox_agent.snapshots import SnapshotStore
+from sandbox_agent.store_quota import EpisodeStoreQuota
 from schemas import topics
 from schemas.blobs import ObjectStore
 from schemas.common import FailureClass, Output
@@ -122,10 +125,12 @@ class SandboxWorker:
         objects: ObjectStore,
         origin: Origin,
         max_episodes: int = DEFAULT_MAX_EPISODES,
+        store_quota_bytes: int = DEFAULT_EPISODE_STORE_QUOTA,
     ) -> None:
         self.sandboxes = EpisodeSandboxes(backend, pools, max_episodes)
         self.executor = IdempotentExecutor(backend, results)
         self.objects = objects
+        self.quota = EpisodeStoreQuota(SnapshotStore(objects), store_quota_bytes)
         self.origin = origin
         self.crashes: OrderedDict[ExecKey, str] = OrderedDict()  # key -> why, for redelivered requests
         self._crashes_lock = threading.Lock()  # `episode_ended` runs on another thread than `handle`
@@ -164,16 +169,30 @@ class SandboxWorker:
         limits = ExecLimits(request.timeout_s, request.output_limit_bytes)
         try:
             sandbox = self.sandboxes.for_step(meta.episode_id, spec, meta.snapshot_id)
-            step = self.executor.run(sandbox, key, invocation.argv, limits=limits, stdin=invocation.stdin)
+            rolled_back = False
+
+            def admit(step: StepResult) -> StepResult:
+                nonlocal rolled_back
+                admitted = self.quota.admit(meta.episode_id, meta.snapshot_id, step)
+                rolled_back = admitted is not step
+                return admitted
+
+            step = self.executor.run(
+                sandbox, key, invocation.argv, limits=limits, stdin=invocation.stdin, admit=admit
+            )
         except SandboxError:
             self.sandboxes.drop(meta.episode_id)  # the next attempt restores the snapshot into a new one
             raise
-        self.sandboxes.advanced(meta.episode_id, step.snapshot_id)
+        if rolled_back:  # the sandbox holds the step's files; the log says they are gone: restore next time
+            self.sandboxes.drop(meta.episode_id)
+        else:
+            self.sandboxes.advanced(meta.episode_id, step.snapshot_id)
         return step
 
     def episode_ended(self, episode_id: str) -> None:
         """The episode is over (`episode_ends`): drop its executed steps and release its sandbox."""
         self.executor.results.forget_episode(episode_id)
+        self.quota.forget(episode_id)
         with self._crashes_lock:
             for key in [key for key in self.crashes if key.episode_id == episode_id]:
                 del self.crashes[key]

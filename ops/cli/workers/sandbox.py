@@ -14,7 +14,12 @@ from pathlib import Path
 
 from ops.cli import kit
 from ops.cli.workers.cleanup import add_cleanup, cleanup
-from sandbox_agent.defaults import DEFAULT_MAX_STEPS_KEPT, DEFAULT_POOL_IDLE_S, DEFAULT_STEPS_KEPT_S
+from sandbox_agent.defaults import (
+    DEFAULT_EPISODE_STORE_QUOTA,
+    DEFAULT_MAX_STEPS_KEPT,
+    DEFAULT_POOL_IDLE_S,
+    DEFAULT_STEPS_KEPT_S,
+)
 
 
 def register(subparsers: kit.Subparsers) -> None:
@@ -74,6 +79,14 @@ def register(subparsers: kit.Subparsers) -> None:
         default=DEFAULT_STEPS_KEPT_S,
         help="seconds an executed step stays recorded at most",
     )
+    command.add_argument(
+        "--episode-store-quota",
+        type=kit.size,
+        metavar="SIZE",
+        default=kit.size_text(DEFAULT_EPISODE_STORE_QUOTA),
+        help="what one episode's snapshots may add to the object store (e.g. 2g); a step past it is "
+        "rolled back, and its stderr says so",
+    )
     kit.add_instance(command)
     add_cleanup(command)
     kit.add_telemetry(command)
@@ -106,7 +119,9 @@ def _cmd_worker_sandbox(args: argparse.Namespace) -> int:
     origin = Origin.system("sandbox", args.instance)
     retention = Retention(args.steps_kept, args.steps_kept_for)
     with RocksResultStore(args.state or home / f"steps-{args.instance}", retention) as results:
-        worker = SandboxWorker(backend, pools, results, objects, origin, args.max_episodes)
+        worker = SandboxWorker(
+            backend, pools, results, objects, origin, args.max_episodes, args.episode_store_quota
+        )
         ends = EpisodeEnds(bootstrap, args.run, worker.episode_ended)
         loop = RequestLoop(ROUTE, worker.handle, LoopSettings(bootstrap, args.group, args.run), origin)
         kit.worker_logging()

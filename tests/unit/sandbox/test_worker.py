@@ -190,3 +190,49 @@ def test_an_ended_episode_releases_its_sandbox_and_forgets_its_steps(cluster: Cl
     # A late redelivery runs again, in a fresh sandbox (the owner drops that answer of an ended episode).
     again = worker.handle(ended)
     assert isinstance(again, StepExecuted) and again.stdout.text.strip() == "1"
+
+
+def test_a_step_past_the_episodes_store_quota_is_rolled_back_and_says_so(tmp_path: Path) -> None:
+    """An agent that writes fresh bytes at every step would fill the object store: past the per-episode
+    quota its step's files are not kept (the workspace is the one before the step) and stderr says why."""
+    objects = MemoryObjectStore()
+    backend = LocalProcessBackend(objects, tmp_path / "w")
+    pools = WarmPools(backend, size=1)
+    origin = Origin(Producer("sandbox", "w"), FixedClock(), SequentialIds("w"))
+    worker = SandboxWorker(backend, pools, MemoryResultStore(), objects, origin, store_quota_bytes=300_000)
+    try:
+        write = "head -c 120000 /dev/urandom > blob-$STEP && ls"
+        snapshot: str | None = None
+        answers = []
+        for step in range(4):
+            request = sandbox_request(RunCommand(write.replace("$STEP", str(step))), step=step)
+            request = dataclasses.replace(
+                request, meta=dataclasses.replace(request.meta, snapshot_id=snapshot)
+            )
+            answer = worker.handle(request)
+            assert isinstance(answer, StepExecuted)
+            answers.append(answer)
+            snapshot = answer.meta.snapshot_id
+        kept, refused = answers[:2], answers[2:]
+        assert all("quota" not in a.stderr.text for a in kept)
+        assert all("over its quota of 0.3 MiB" in a.stderr.text for a in refused)
+        assert all("rolled back to before this step" in a.stderr.text for a in refused)
+        assert refused[0].meta.snapshot_id == refused[1].meta.snapshot_id == kept[1].meta.snapshot_id
+        assert worker.quota.used("ep-1") == 240_000
+        # The workspace really is the one before: the next step sees blob-0 and blob-1 only.
+        ls = sandbox_request(RunCommand("ls"), step=4, snapshot_id=snapshot)
+        listing = worker.handle(ls)
+        assert isinstance(listing, StepExecuted) and listing.stdout.text.split() == ["blob-0", "blob-1"]
+        # A redelivered refused step is answered as it was recorded (rolled back), not run again.
+        again = worker.handle(
+            dataclasses.replace(
+                sandbox_request(RunCommand(write.replace("$STEP", "2")), step=2),
+                meta=dataclasses.replace(refused[0].meta, snapshot_id=kept[1].meta.snapshot_id),
+            )
+        )
+        assert isinstance(again, StepExecuted) and again.meta.snapshot_id == refused[0].meta.snapshot_id
+        worker.episode_ended("ep-1")
+        assert worker.quota.used("ep-1") == 0
+    finally:
+        worker.close()
+        pools.close()
