@@ -1,19 +1,26 @@
 """The Docker backend: every sandbox is a locked-down container whose PID 1 is trialog's exec server.
 
-Isolation, for every sandbox: no network at all (`network_mode=none`: loopback only), the image's non-root
-user, every capability dropped, no-new-privileges, a read-only root file system with size-capped tmpfs
-mounts for /workspace and /tmp (so a full disk is the sandbox's own ENOSPC, never the host's), no IPC
-namespace sharing and no /dev/shm, no log driver (PID 1's output cannot fill the host's disk), and nothing
-from the host mounted (no Docker socket, no host paths). Quotas: memory with swap off, CPUs, pids.
+Isolation, for every sandbox: no network at all (`network_mode=none`: loopback only), commands as the
+image's non-root user with no capabilities, no-new-privileges, trialog's pinned seccomp profile
+(seccomp.json: Docker's default less ptrace and io_uring) and pinned ulimits (no core files, a fixed number
+of open files and processes) rather than whatever the engine defaults to, a read-only root file system
+with size-capped tmpfs mounts for /workspace and /tmp (so a full disk is the sandbox's own ENOSPC, never
+the host's), no IPC namespace sharing and no /dev/shm, no log driver (PID 1's output cannot fill the host's
+disk), and nothing from the host mounted (no Docker socket, no host paths).
+Quotas: memory with swap off, CPUs, pids.
 
 PID 1 (exec_server.py) reaps orphans, so a killed fork bomb leaves no zombies holding pids, and runs the
 commands trialog sends down the attach stream: about a fork per command instead of a `docker exec`.
-Each command runs in its own process group under the exec's wall-time limit; the group is killed when
-the command ends, and on a timeout every other process of the sandbox is killed too. Where the channel
-is not available (it broke, or the image's Python cannot harden the server) commands go through
-`docker exec` with the same semantics (`timeout -s KILL` and a process-group wrapper). File transfers
-stream tar through a command (Docker's archive API cannot write into a read-only container nor read
-tmpfs mounts).
+It runs as root with only CAP_SETUID, CAP_SETGID, CAP_SETPCAP and CAP_KILL, out of the agent's reach, and
+starts every command as the agent's uid. Steps are isolated: when a command ends (or times out) every
+process of the agent's uid is killed, so nothing a step starts lives into the next one, writes into its
+output, or races trialog's own listing and tar commands (they run as the agent's uid, so they read what
+the agent can read and write files the agent owns, but only while no agent process is alive). Where the
+channel is not available (it broke, or the image's Python cannot harden and isolate the server) commands
+go through `docker exec` as the agent's uid with the same semantics (`timeout -s KILL`, a process-group
+wrapper, and `kill -KILL -1` as the agent's uid after every command: one docker exec more per step).
+File transfers stream tar through a command (Docker's archive API cannot write into a read-only container
+nor read tmpfs mounts).
 """
 
 from __future__ import annotations
@@ -24,11 +31,12 @@ import logging
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import docker
 from docker.errors import APIError, ImageNotFound, NotFound
-from docker.types import LogConfig
+from docker.types import LogConfig, Ulimit
 
 from sandbox_agent.backend import DEFAULT_EXEC_LIMITS, Sandbox
 from sandbox_agent.docker_exec import (
@@ -44,7 +52,7 @@ from sandbox_agent.docker_exec import (
     run_exec,
 )
 from sandbox_agent.errors import SandboxError, SandboxFileNotFound, SandboxGone
-from sandbox_agent.exec_channel import SERVER_COMMAND, ChannelBroken, ChannelTimeout, ExecChannel
+from sandbox_agent.exec_channel import ChannelBroken, ChannelTimeout, ExecChannel, server_command
 from sandbox_agent.limits import MIB, ExecLimits, SandboxSpec
 from sandbox_agent.listing import (
     FIND_FORMAT,
@@ -66,6 +74,18 @@ log = logging.getLogger(__name__)
 
 SANDBOX_LABEL = "dev.trialog.sandbox"
 SANDBOX_USER = "1000:1000"  # the `agent` user of trialog's sandbox image
+SERVER_USER = "0:0"  # PID 1: root, with only the capabilities below, never the agent's uid
+SERVER_CAPS = ["SETUID", "SETGID", "SETPCAP", "KILL"]
+SECCOMP_PROFILE = (Path(__file__).with_name("seccomp.json")).read_text()
+NOFILE_LIMIT = 4096
+# RLIMIT_NPROC counts the uid's processes on the whole host (all sandboxes share uid 1000), so it is only a
+# backstop far above one sandbox's pids quota; the pids cgroup is what contains a fork bomb.
+NPROC_LIMIT = 65536
+ULIMITS = [
+    Ulimit(name="core", soft=0, hard=0),
+    Ulimit(name="nofile", soft=NOFILE_LIMIT, hard=NOFILE_LIMIT),
+    Ulimit(name="nproc", soft=NPROC_LIMIT, hard=NPROC_LIMIT),
+]
 HUNG_GRACE_S = 5.0  # past the timeout, how long the host waits for the streams to close
 INTERNAL_DEADLINE_S = 120.0  # trialog's own transfers (listing, tar) in a sandbox
 READ_MAX_BYTES = 64 * MIB
@@ -131,8 +151,8 @@ class DockerBackend:
         try:
             created = self._api.create_container(
                 spec.image,
-                command=SERVER_COMMAND,
-                user=self._user,
+                command=server_command(*self._agent_ids()),
+                user=SERVER_USER,
                 working_dir=WORKSPACE,
                 environment={"HOME": "/tmp"},  # the image's home is on the read-only root
                 labels=self._labels,
@@ -154,6 +174,10 @@ class DockerBackend:
             self._states[sandbox.id] = state
         return sandbox
 
+    def _agent_ids(self) -> tuple[int, int]:
+        uid, _, gid = self._user.partition(":")
+        return int(uid), int(gid or uid)
+
     def _start(self, sandbox: Sandbox) -> _SandboxState:
         state = _SandboxState()
         if self._use_channel:
@@ -167,10 +191,11 @@ class DockerBackend:
         return state
 
     def _greet(self, sandbox: Sandbox, state: _SandboxState) -> None:
-        """Keep the channel only if the server is up and hardened; else fall back to `docker exec`."""
+        """Keep the channel only if the server is up, hardened and isolated; else use `docker exec`."""
         assert state.channel is not None
         try:
-            hardened = state.channel.hello(CHANNEL_HELLO_S)
+            said = state.channel.hello(CHANNEL_HELLO_S)
+            hardened = said.hardened and said.isolated
         except SandboxGone as exc:
             raise SandboxError(
                 f"sandbox {sandbox.id[:12]} stopped at once (does its image have python3?)"
@@ -184,13 +209,15 @@ class DockerBackend:
 
     def _host_config(self, spec: SandboxSpec) -> Any:
         quotas = spec.quotas
-        uid, _, gid = self._user.partition(":")
-        owner = f"uid={uid},gid={gid or uid}"
+        uid, gid = self._agent_ids()
+        owner = f"uid={uid},gid={gid}"
         return self._api.create_host_config(
             network_mode="none",
             read_only=True,
             cap_drop=["ALL"],
-            security_opt=["no-new-privileges"],
+            cap_add=SERVER_CAPS,  # PID 1's; the agent's commands run with none (bounding set emptied)
+            security_opt=["no-new-privileges", f"seccomp={SECCOMP_PROFILE}"],
+            ulimits=ULIMITS,
             ipc_mode="none",
             log_config=LogConfig(type="none"),
             mem_limit=quotas.memory_bytes,
@@ -281,8 +308,7 @@ class DockerBackend:
         wrapped = ["sh", "-c", GROUP_WRAPPER, f"{limits.timeout_s:.3f}s", *argv]
         outcome = self._exec(sandbox, wrapped, stdout, stderr, stdin, limits.timeout_s + HUNG_GRACE_S)
         timed_out = judged_timed_out(outcome.exit_code, outcome.duration_s, limits.timeout_s)
-        if timed_out:
-            self._kill_stragglers(sandbox)
+        self._kill_stragglers(sandbox)  # the step's processes end with it, in its group or not
         exit_code = KILLED_EXIT_CODE if outcome.exit_code is None else outcome.exit_code
         return ExecResult(
             exit_code=exit_code,
@@ -307,8 +333,9 @@ class DockerBackend:
         deadline_s: float,
     ) -> ExecOutcome:
         return run_exec(
-            self._api, sandbox.id, argv, stdout=out, stderr=err, stdin=stdin, deadline_s=deadline_s
-        )
+            self._api, sandbox.id, argv, stdout=out, stderr=err, stdin=stdin, deadline_s=deadline_s,
+            user=self._user,  # never the container's user: that is PID 1's root
+        )  # fmt: skip
 
     def _run(
         self,

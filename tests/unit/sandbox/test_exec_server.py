@@ -26,7 +26,8 @@ def channel() -> Iterator[ExecChannel]:
     server = subprocess.Popen([sys.executable, "-I", "-S", "-c", SERVER_SOURCE], stdin=theirs, stdout=theirs)
     theirs.close()
     made = ExecChannel(ours, multiplexed=False)
-    assert made.hello(10.0) is True  # prctl took: not dumpable
+    hello = made.hello(10.0)
+    assert hello.hardened and not hello.isolated  # prctl took: not dumpable; not root: no uid to drop to
     yield made
     made.close()
     server.wait(timeout=10)
