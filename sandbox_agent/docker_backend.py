@@ -26,7 +26,6 @@ nor read tmpfs mounts).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import threading
 from collections.abc import Mapping, Sequence
@@ -53,6 +52,7 @@ from sandbox_agent.docker_exec import (
 )
 from sandbox_agent.errors import SandboxError, SandboxFileNotFound, SandboxGone
 from sandbox_agent.exec_channel import ChannelBroken, ChannelTimeout, ExecChannel, server_command
+from sandbox_agent.ingest import FetchedFile, IngestError, TarIngest
 from sandbox_agent.limits import MIB, ExecLimits, SandboxSpec
 from sandbox_agent.listing import (
     FIND_FORMAT,
@@ -67,7 +67,7 @@ from sandbox_agent.output import BoundedOutput
 from sandbox_agent.paths import WORKSPACE, workspace_relative
 from sandbox_agent.results import ExecResult
 from sandbox_agent.snapshots import MissingContent, SnapshotStore
-from sandbox_agent.tarball import TarFile, files_tar, regular_files, tree_tar
+from sandbox_agent.tarball import files_tar, tree_tar
 from schemas.blobs import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -89,6 +89,7 @@ ULIMITS = [
 HUNG_GRACE_S = 5.0  # past the timeout, how long the host waits for the streams to close
 INTERNAL_DEADLINE_S = 120.0  # trialog's own transfers (listing, tar) in a sandbox
 READ_MAX_BYTES = 64 * MIB
+SNAPSHOT_IN_FLIGHT_BYTES = 32 * MIB  # fetched file bodies handed to the store and not yet written
 
 CHANNEL_HELLO_S = 20.0  # how long a new sandbox's exec server may take to start
 
@@ -347,7 +348,23 @@ class DockerBackend:
         deadline_s: float = INTERNAL_DEADLINE_S,
     ) -> tuple[int, bytes, bytes]:
         """One of trialog's own commands: all of its output, or an error."""
-        out, err = ByteSink(max_output), ByteSink(64 * 1024)
+        out = ByteSink(max_output)
+        code, err = self._run_into(sandbox, argv, out, stdin=stdin, deadline_s=deadline_s)
+        if out.overflowed:
+            raise SandboxError(f"{argv[0]} in sandbox {sandbox.id[:12]} wrote over {max_output} bytes")
+        return code, bytes(out.data), err
+
+    def _run_into(
+        self,
+        sandbox: Sandbox,
+        argv: Sequence[str],
+        out: Sink,
+        *,
+        stdin: bytes | None = None,
+        deadline_s: float = INTERNAL_DEADLINE_S,
+    ) -> tuple[int, bytes]:
+        """One of trialog's own commands, stdout streamed into `out`: exit code and stderr, or an error."""
+        err = ByteSink(64 * 1024)
         channel = self._channel(sandbox)
         code: int | None
         if channel is not None:
@@ -363,9 +380,7 @@ class DockerBackend:
             code = self._exec(sandbox, argv, out, err, stdin, deadline_s).exit_code
         if code is None:
             raise SandboxError(f"{argv[0]} in sandbox {sandbox.id[:12]} did not finish in {deadline_s:.0f} s")
-        if out.overflowed:
-            raise SandboxError(f"{argv[0]} in sandbox {sandbox.id[:12]} wrote over {max_output} bytes")
-        return code, bytes(out.data), bytes(err.data)
+        return code, bytes(err.data)
 
     def _kill_stragglers(self, sandbox: Sandbox) -> None:
         # This may fail (no pid left to exec with): the caller still sees the timeout and can replace it.
@@ -433,19 +448,33 @@ class DockerBackend:
             raise SandboxError(f"listing the workspace failed: {err.decode(errors='replace').strip()}")
         listing = parse_listing(listed)
         stale = hashes.stale(listing)
-        fetched = self._fetch(sandbox, stale) if stale else {}
-        digests = {path: hashlib.sha256(body.content).hexdigest() for path, body in fetched.items()}
-        manifest = hashes.manifest(listing, fetched, digests)
-        contents = {digests[path]: body.content for path, body in fetched.items()}
-        snapshot_id = self.snapshots.save(manifest, contents)
-        hashes.remember(listing, fetched, digests)
+        fetched = self._fetch(sandbox, stale) if stale else {}  # in the store already
+        manifest = hashes.manifest(listing, fetched)
+        snapshot_id = self.snapshots.save(manifest, {})
+        hashes.remember(listing, fetched)
         return snapshot_id
 
-    def _fetch(self, sandbox: Sandbox, paths: list[str]) -> dict[str, TarFile]:
+    def _fetch(self, sandbox: Sandbox, paths: list[str]) -> dict[str, FetchedFile]:
+        """Stream the files out of the sandbox straight into the object store (see ingest.py)."""
         names = b"".join(path.encode("utf-8", "surrogateescape") + b"\0" for path in paths)
         most = sandbox.spec.quotas.workspace_bytes + 1024 * len(paths) + MIB  # the files plus tar headers
-        _, archive, _ = self._run(sandbox, FETCH_ARGV, stdin=names, max_output=most)
-        return regular_files(archive)
+        ingest = TarIngest(
+            self.snapshots.objects,
+            in_flight_bytes=SNAPSHOT_IN_FLIGHT_BYTES,
+            put_threads=self.snapshots.put_threads,
+        )
+        try:
+            self._run_into(sandbox, FETCH_ARGV, ingest, stdin=names)
+        except BaseException:
+            ingest.close()
+            raise
+        try:
+            files = ingest.finish()
+        except IngestError as exc:
+            raise SandboxError(f"fetching files from sandbox {sandbox.id[:12]} failed: {exc}") from exc
+        if ingest.total > most:
+            raise SandboxError(f"tar in sandbox {sandbox.id[:12]} wrote over {most} bytes")
+        return files
 
     def restore(self, sandbox: Sandbox, snapshot_id: SnapshotId) -> None:
         manifest = self.snapshots.load(snapshot_id)

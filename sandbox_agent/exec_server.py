@@ -4,14 +4,16 @@ A `docker exec` costs tens of milliseconds (a runc process, namespaces joined, t
 a command sent to this server costs about one fork. The server is started as the container's command
 (`python3 -I -S -c <this file> AGENT_UID AGENT_GID`), so it runs inside every quota of the sandbox.
 
-Steps are isolated. The server runs as root holding only CAP_SETUID, CAP_SETGID (to start commands as
-the agent), CAP_SETPCAP (to empty their bounding set) and CAP_KILL, under no-new-privileges; every command
-runs as AGENT_UID:AGENT_GID with no supplementary groups and no capabilities at all. After every command
-(and on a timeout) every process of the agent's uid is killed: a child that becomes the agent calls
-kill(-1, SIGKILL), which the kernel delivers to every process that uid may signal, atomically with respect
-to fork (a fork bomb cannot outrun it), and the sweep repeats until /proc shows none alive. So nothing a
-step starts (setsid, nohup, double fork, disown) lives into the next step, writes into its output, or races
-trialog's own listing and tar commands, which run as the agent's uid only while no agent process exists.
+Steps are isolated. The server runs as root holding only CAP_SETUID, CAP_SETGID (to start commands as the
+agent), CAP_SETPCAP (to empty its capability bounding set at start, which commands inherit) and CAP_KILL,
+under no-new-privileges; every command runs as AGENT_UID:AGENT_GID with no supplementary groups and no
+capabilities at all (permitted, effective, inheritable, ambient and bounding sets empty). After every
+command (and on a timeout) every process of the agent's uid is killed: a child that becomes the agent
+calls kill(-1, SIGKILL), which the kernel delivers to every process that uid may signal, atomically with
+respect to fork (a fork bomb cannot outrun it), and the sweep repeats until /proc shows none alive. So
+nothing a step starts (setsid, nohup, double fork, disown) lives into the next step, writes into its
+output, or races trialog's own listing and tar commands, which run as the agent's uid only while no agent
+process exists.
 
 The agent cannot reach the server: another uid, so no signal (EPERM), no ptrace, no /proc/1/fd, mem or
 environ; non-dumpable as well; and no catchable handler (SIGINT is default-handled, which for a namespace's
@@ -19,19 +21,19 @@ init means ignored from inside), so `kill -INT 1` cannot stop the sandbox and er
 
 What remains possible, and why: within one step the agent's processes can of course interfere with each
 other (it is all the agent's own output); a process in a step can fill /tmp or the workspace for later
-steps (that is state, snapshotted as the workspace is); the root-owned server's bounding set holds the four
-capabilities above, which any exploit of the kernel or of this file would start from.
+steps (that is state, snapshotted as the workspace is); the root-owned server still holds the four
+capabilities above, which an exploit of the kernel or of this file would start from.
 
 Run by hand or by a test (not root), the server runs commands as its own user and sweeps nothing but the
 command's process group (elsewhere "every other process of the user" would be the caller's session).
 
 Protocol. Requests, on stdin: a JSON line, then `stdin` bytes of input for the command. Answers, on
 stdout: frames of (kind: 1 byte, request id: 8 bytes, length: 4 bytes, payload). Kinds: `h` hello (JSON:
-hardened), `o`/`e` a chunk of stdout/stderr (mode "stream"), `r` the result (JSON: exit code, timed out,
-OOM kills during the command, and in mode "cap" each stream's head and tail in base64 and total size).
-Request fields: id, argv, timeout (s), stdin (bytes that follow), mode ("cap" or "stream"), cap (bytes kept
-per stream in mode "cap"), env (added variables). Only one client may be attached at a time: Docker
-copies the container's output to every attached client, and one that does not read would stall it.
+hardened, isolated), `o`/`e` a chunk of stdout/stderr (mode "stream"), `r` the result (JSON: exit code,
+timed out, OOM kills during the command, and in mode "cap" each stream's head and tail in base64 and total
+size). Request fields: id, argv, timeout (s), stdin (bytes that follow), mode ("cap" or "stream"), cap
+(bytes kept per stream in mode "cap"), env (added variables). Only one client may be attached at a time:
+Docker copies the container's output to every attached client, and one that does not read would stall it.
 
 This file is standard library only and runs on the sandbox image's Python (3.11).
 """
@@ -41,11 +43,13 @@ from __future__ import annotations
 import base64
 import contextlib
 import ctypes
+import errno
 import json
 import os
 import select
 import signal
 import struct
+import subprocess
 import sys
 import threading
 import time
@@ -182,20 +186,9 @@ class Agent:
     def __init__(self, uid: int, gid: int) -> None:
         self.uid, self.gid = uid, gid
 
-    def drop_privileges(self) -> None:
-        """In a forked child: become the agent with no capabilities (bounding set emptied, no groups)."""
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-        for cap in range(LAST_CAP + 1):
-            if prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
-                if ctypes.get_errno() == 22:  # EINVAL: past the kernel's last capability
-                    break
-                raise OSError(ctypes.get_errno(), "cannot drop the capability bounding set")
-        os.setgroups([])
-        os.setresgid(self.gid, self.gid, self.gid)
-        os.setresuid(self.uid, self.uid, self.uid)  # clears permitted and effective capabilities
-
-    def alive(self) -> bool:
-        """Whether any process of the agent's uid is alive (not a zombie) in the sandbox."""
+    def alive(self) -> list[int]:
+        """The processes of the agent's uid alive (not zombies) in the sandbox."""
+        found: list[int] = []
         for name in os.listdir("/proc"):
             if not name.isdigit():
                 continue
@@ -207,16 +200,23 @@ class Agent:
             state = text.partition(b"State:\t")[2][:1]
             uids = text.partition(b"Uid:\t")[2].split(b"\n", 1)[0].split()
             if state not in (b"Z", b"X") and str(self.uid).encode() in uids[:4]:
-                return True
-        return False
+                found.append(int(name))
+        return found
 
     def kill_all(self, children: Children) -> bool:
         """SIGKILL every process of the agent's uid; True once none is left."""
         for _ in range(SWEEPS):
             children.reap()
-            if not self.alive():
+            alive = self.alive()
+            if not alive:
                 return True
-            pid = os.fork()
+            try:
+                pid = os.fork()
+            except OSError:  # the pids quota is spent (a fork bomb): kill what was seen, then fork again
+                for seen in alive:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(seen, signal.SIGKILL)
+                continue
             if pid == 0:  # pragma: no cover - the child
                 try:
                     os.setresuid(self.uid, self.uid, self.uid)  # no capabilities left: only the agent's
@@ -267,8 +267,9 @@ def pump_stdin(source: Input, length: int, target: int | None) -> None:
         os.close(target)
 
 
-# Python ignores SIGPIPE and SIGXFSZ and handles SIGINT; the command must get them as any program expects.
-DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT)
+# Python ignores SIGPIPE and SIGXFSZ; the command must get them as any program expects (SIGINT is default
+# in the whole server, see main).
+DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ)
 
 
 def spawn(request: dict[str, Any], agent: Agent | None) -> tuple[int, int | None, int, int]:
@@ -290,7 +291,14 @@ def spawn(request: dict[str, Any], agent: Agent | None) -> tuple[int, int | None
                 argv[0], argv, env, file_actions=actions, setsid=True, setsigdef=DEFAULT_SIGNALS
             )
         else:
-            pid = fork_exec_as(agent, argv, env, (in_read, out_write, err_write))
+            # Popen forks in C (no Python runs in the child): setsid, no groups, the agent's gid and uid,
+            # which clears every capability. restore_signals gives SIGPIPE and SIGXFSZ their defaults.
+            process = subprocess.Popen(
+                argv, stdin=in_read, stdout=out_write, stderr=err_write, env=env, start_new_session=True,
+                user=agent.uid, group=agent.gid, extra_groups=[], close_fds=True, restore_signals=True,
+            )  # fmt: skip
+            process.returncode = 0  # the server reaps every child itself: Popen must never wait for it
+            pid = process.pid
     except BaseException:
         for fd in (in_read, in_write, out_read, out_write, err_read, err_write):
             if fd >= 0:
@@ -299,41 +307,6 @@ def spawn(request: dict[str, Any], agent: Agent | None) -> tuple[int, int | None
     for fd in (in_read, out_write, err_write):
         os.close(fd)
     return pid, (in_write if in_write >= 0 else None), out_read, err_read
-
-
-def fork_exec_as(agent: Agent, argv: list[str], env: dict[str, str], fds: tuple[int, int, int]) -> int:
-    """fork, become the agent, exec; an error before the exec comes back as OSError (posix_spawn's way)."""
-    report_read, report_write = os.pipe2(os.O_CLOEXEC)
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child: nothing here may return into the server's loop
-        try:
-            os.close(report_read)
-            os.setsid()
-            for target, fd in enumerate(fds):
-                os.dup2(fd, target)
-            os.closerange(3, report_write)
-            os.closerange(report_write + 1, 1 << 16)
-            for number in DEFAULT_SIGNALS:
-                signal.signal(number, signal.SIG_DFL)
-            agent.drop_privileges()
-            os.execvpe(argv[0], argv, env)
-        except OSError as exc:
-            os.write(report_write, f"{exc.errno or 0}:{exc.strerror or exc}".encode())
-        except BaseException as exc:
-            os.write(report_write, f"0:{exc!r}".encode())
-        finally:
-            os._exit(127)
-    os.close(report_write)
-    report = bytearray()
-    while chunk := os.read(report_read, 4096):
-        report += chunk
-    os.close(report_read)
-    if report:
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, 0)
-        errno_text, _, message = report.decode(errors="replace").partition(":")
-        raise OSError(int(errno_text), message)
-    return pid
 
 
 def run(
@@ -448,12 +421,25 @@ def serve(source: Input, output: Output, hardened: bool, agent: Agent | None = N
         children.reap()
 
 
+def drop_bounding_set() -> bool:
+    """Empty the server's capability bounding set (its own capabilities stay): commands inherit the empty
+    set, so not even a file-capability binary could give them one. True when it took."""
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    for cap in range(LAST_CAP + 1):
+        if prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            return ctypes.get_errno() == errno.EINVAL and cap > 0  # EINVAL: past the kernel's last one
+    return True
+
+
 def agent_of(args: list[str]) -> Agent | None:
-    """The agent's uid and gid from the arguments, when the server is root and they name another user."""
+    """The agent's uid and gid from the arguments, when the server is root and they name another user.
+    None (the host then refuses the channel and uses `docker exec` as the agent) if isolation fails."""
     if len(args) != 2 or os.getuid() != 0:
         return None
     uid, gid = int(args[0]), int(args[1])
-    return Agent(uid, gid) if uid != 0 and gid != 0 else None
+    if uid == 0 or gid == 0 or not drop_bounding_set():
+        return None
+    return Agent(uid, gid)
 
 
 def main() -> None:
