@@ -1,8 +1,8 @@
 """A snapshot's memory is bounded by its largest file, not by its workspace (real sandbox, real store).
 
 Before (base 7d13a22) the fetched tar was held three times over (the stream's buffer, a copy of it, every
-file's body taken out of it): a 64 MiB workspace of 8 MiB files peaked at about 200 MiB of Python
-allocations in the host's process. Now each file is hashed and stored as it streams in.
+file's body taken out of it): a 64 MiB workspace of 8 MiB files peaked at 129 MiB of Python
+allocations in the host's process. Now each file is hashed and stored as it streams in: about 26 MiB.
 """
 
 from __future__ import annotations
