@@ -196,15 +196,20 @@ class DockerBackend:
         assert state.channel is not None
         try:
             said = state.channel.hello(CHANNEL_HELLO_S)
-            hardened = said.hardened and said.isolated
         except SandboxGone as exc:
             raise SandboxError(
                 f"sandbox {sandbox.id[:12]} stopped at once (does its image have python3?)"
             ) from exc
         except ChannelBroken as exc:
             log.warning("sandbox %s: no exec server (%s); using docker exec", sandbox.id[:12], exc)
-            hardened = False
-        if not hardened:
+            usable = False
+        else:
+            usable = said.hardened and said.isolated
+            if not usable:  # never run the agent's commands through a server that could not isolate them
+                log.warning(
+                    "sandbox %s: exec server not isolated (%s); using docker exec", sandbox.id[:12], said
+                )
+        if not usable:
             state.channel.close()
             state.channel = None
 

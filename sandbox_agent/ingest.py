@@ -187,5 +187,4 @@ class TarIngest:
             finally:
                 self._budget.give(size)
 
-        self._pending = [pending for pending in self._pending if not pending.done() or pending.exception()]
-        self._pending.append(self._puts.submit(put))
+        self._pending.append(self._puts.submit(put))  # a done future no longer holds the body
