@@ -1,34 +1,41 @@
 """The Docker backend: every sandbox is a locked-down container whose PID 1 is trialog's exec server.
 
-Isolation, for every sandbox: no network at all (`network_mode=none`: loopback only), the image's non-root
-user, every capability dropped, no-new-privileges, a read-only root file system with size-capped tmpfs
-mounts for /workspace and /tmp (so a full disk is the sandbox's own ENOSPC, never the host's), no IPC
-namespace sharing and no /dev/shm, no log driver (PID 1's output cannot fill the host's disk), and nothing
-from the host mounted (no Docker socket, no host paths). Quotas: memory with swap off, CPUs, pids.
+Isolation, for every sandbox: no network at all (`network_mode=none`: loopback only), commands as the
+image's non-root user with no capabilities, no-new-privileges, trialog's pinned seccomp profile
+(seccomp.json: Docker's default less ptrace and io_uring) and pinned ulimits (no core files, a fixed number
+of open files and processes) rather than whatever the engine defaults to, a read-only root file system
+with size-capped tmpfs mounts for /workspace and /tmp (so a full disk is the sandbox's own ENOSPC, never
+the host's), no IPC namespace sharing and no /dev/shm, no log driver (PID 1's output cannot fill the host's
+disk), and nothing from the host mounted (no Docker socket, no host paths).
+Quotas: memory with swap off, CPUs, pids.
 
 PID 1 (exec_server.py) reaps orphans, so a killed fork bomb leaves no zombies holding pids, and runs the
 commands trialog sends down the attach stream: about a fork per command instead of a `docker exec`.
-Each command runs in its own process group under the exec's wall-time limit; the group is killed when
-the command ends, and on a timeout every other process of the sandbox is killed too. Where the channel
-is not available (it broke, or the image's Python cannot harden the server) commands go through
-`docker exec` with the same semantics (`timeout -s KILL` and a process-group wrapper). File transfers
-stream tar through a command (Docker's archive API cannot write into a read-only container nor read
-tmpfs mounts).
+It runs as root with only CAP_SETUID, CAP_SETGID, CAP_SETPCAP and CAP_KILL, out of the agent's reach, and
+starts every command as the agent's uid. Steps are isolated: when a command ends (or times out) every
+process of the agent's uid is killed, so nothing a step starts lives into the next one, writes into its
+output, or races trialog's own listing and tar commands (they run as the agent's uid, so they read what
+the agent can read and write files the agent owns, but only while no agent process is alive). Where the
+channel is not available (it broke, or the image's Python cannot harden and isolate the server) commands
+go through `docker exec` as the agent's uid with the same semantics (`timeout -s KILL`, a process-group
+wrapper, and `kill -KILL -1` as the agent's uid after every command: one docker exec more per step).
+File transfers stream tar through a command (Docker's archive API cannot write into a read-only container
+nor read tmpfs mounts).
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import docker
 from docker.errors import APIError, ImageNotFound, NotFound
-from docker.types import LogConfig
+from docker.types import LogConfig, Ulimit
 
 from sandbox_agent.backend import DEFAULT_EXEC_LIMITS, Sandbox
 from sandbox_agent.docker_exec import (
@@ -44,7 +51,8 @@ from sandbox_agent.docker_exec import (
     run_exec,
 )
 from sandbox_agent.errors import SandboxError, SandboxFileNotFound, SandboxGone
-from sandbox_agent.exec_channel import SERVER_COMMAND, ChannelBroken, ChannelTimeout, ExecChannel
+from sandbox_agent.exec_channel import ChannelBroken, ChannelTimeout, ExecChannel, server_command
+from sandbox_agent.ingest import FetchedFile, IngestError, TarIngest
 from sandbox_agent.limits import MIB, ExecLimits, SandboxSpec
 from sandbox_agent.listing import (
     FIND_FORMAT,
@@ -60,16 +68,29 @@ from sandbox_agent.owner import owner_labels
 from sandbox_agent.paths import WORKSPACE, workspace_relative
 from sandbox_agent.results import ExecResult
 from sandbox_agent.snapshots import MissingContent, SnapshotStore
-from sandbox_agent.tarball import TarFile, files_tar, regular_files, tree_tar
+from sandbox_agent.tarball import files_tar, tree_tar
 from schemas.blobs import ObjectStore
 
 log = logging.getLogger(__name__)
 
 SANDBOX_LABEL = "dev.trialog.sandbox"
 SANDBOX_USER = "1000:1000"  # the `agent` user of trialog's sandbox image
+SERVER_USER = "0:0"  # PID 1: root, with only the capabilities below, never the agent's uid
+SERVER_CAPS = ["SETUID", "SETGID", "SETPCAP", "KILL"]
+SECCOMP_PROFILE = (Path(__file__).with_name("seccomp.json")).read_text()
+NOFILE_LIMIT = 4096
+# RLIMIT_NPROC counts the uid's processes on the whole host (all sandboxes share uid 1000), so it is only a
+# backstop far above one sandbox's pids quota; the pids cgroup is what contains a fork bomb.
+NPROC_LIMIT = 65536
+ULIMITS = [
+    Ulimit(name="core", soft=0, hard=0),
+    Ulimit(name="nofile", soft=NOFILE_LIMIT, hard=NOFILE_LIMIT),
+    Ulimit(name="nproc", soft=NPROC_LIMIT, hard=NPROC_LIMIT),
+]
 HUNG_GRACE_S = 5.0  # past the timeout, how long the host waits for the streams to close
 INTERNAL_DEADLINE_S = 120.0  # trialog's own transfers (listing, tar) in a sandbox
 READ_MAX_BYTES = 64 * MIB
+SNAPSHOT_IN_FLIGHT_BYTES = 32 * MIB  # fetched file bodies handed to the store and not yet written
 
 CHANNEL_HELLO_S = 20.0  # how long a new sandbox's exec server may take to start
 
@@ -132,8 +153,8 @@ class DockerBackend:
         try:
             created = self._api.create_container(
                 spec.image,
-                command=SERVER_COMMAND,
-                user=self._user,
+                command=server_command(*self._agent_ids()),
+                user=SERVER_USER,
                 working_dir=WORKSPACE,
                 environment={"HOME": "/tmp"},  # the image's home is on the read-only root
                 labels=self._labels,
@@ -155,6 +176,10 @@ class DockerBackend:
             self._states[sandbox.id] = state
         return sandbox
 
+    def _agent_ids(self) -> tuple[int, int]:
+        uid, _, gid = self._user.partition(":")
+        return int(uid), int(gid or uid)
+
     def _start(self, sandbox: Sandbox) -> _SandboxState:
         state = _SandboxState()
         if self._use_channel:
@@ -168,30 +193,38 @@ class DockerBackend:
         return state
 
     def _greet(self, sandbox: Sandbox, state: _SandboxState) -> None:
-        """Keep the channel only if the server is up and hardened; else fall back to `docker exec`."""
+        """Keep the channel only if the server is up, hardened and isolated; else use `docker exec`."""
         assert state.channel is not None
         try:
-            hardened = state.channel.hello(CHANNEL_HELLO_S)
+            said = state.channel.hello(CHANNEL_HELLO_S)
         except SandboxGone as exc:
             raise SandboxError(
                 f"sandbox {sandbox.id[:12]} stopped at once (does its image have python3?)"
             ) from exc
         except ChannelBroken as exc:
             log.warning("sandbox %s: no exec server (%s); using docker exec", sandbox.id[:12], exc)
-            hardened = False
-        if not hardened:
+            usable = False
+        else:
+            usable = said.hardened and said.isolated
+            if not usable:  # never run the agent's commands through a server that could not isolate them
+                log.warning(
+                    "sandbox %s: exec server not isolated (%s); using docker exec", sandbox.id[:12], said
+                )
+        if not usable:
             state.channel.close()
             state.channel = None
 
     def _host_config(self, spec: SandboxSpec) -> Any:
         quotas = spec.quotas
-        uid, _, gid = self._user.partition(":")
-        owner = f"uid={uid},gid={gid or uid}"
+        uid, gid = self._agent_ids()
+        owner = f"uid={uid},gid={gid}"
         return self._api.create_host_config(
             network_mode="none",
             read_only=True,
             cap_drop=["ALL"],
-            security_opt=["no-new-privileges"],
+            cap_add=SERVER_CAPS,  # PID 1's; the agent's commands run with none (bounding set emptied)
+            security_opt=["no-new-privileges", f"seccomp={SECCOMP_PROFILE}"],
+            ulimits=ULIMITS,
             ipc_mode="none",
             log_config=LogConfig(type="none"),
             mem_limit=quotas.memory_bytes,
@@ -282,8 +315,7 @@ class DockerBackend:
         wrapped = ["sh", "-c", GROUP_WRAPPER, f"{limits.timeout_s:.3f}s", *argv]
         outcome = self._exec(sandbox, wrapped, stdout, stderr, stdin, limits.timeout_s + HUNG_GRACE_S)
         timed_out = judged_timed_out(outcome.exit_code, outcome.duration_s, limits.timeout_s)
-        if timed_out:
-            self._kill_stragglers(sandbox)
+        self._kill_stragglers(sandbox)  # the step's processes end with it, in its group or not
         exit_code = KILLED_EXIT_CODE if outcome.exit_code is None else outcome.exit_code
         return ExecResult(
             exit_code=exit_code,
@@ -308,8 +340,9 @@ class DockerBackend:
         deadline_s: float,
     ) -> ExecOutcome:
         return run_exec(
-            self._api, sandbox.id, argv, stdout=out, stderr=err, stdin=stdin, deadline_s=deadline_s
-        )
+            self._api, sandbox.id, argv, stdout=out, stderr=err, stdin=stdin, deadline_s=deadline_s,
+            user=self._user,  # never the container's user: that is PID 1's root
+        )  # fmt: skip
 
     def _run(
         self,
@@ -321,7 +354,23 @@ class DockerBackend:
         deadline_s: float = INTERNAL_DEADLINE_S,
     ) -> tuple[int, bytes, bytes]:
         """One of trialog's own commands: all of its output, or an error."""
-        out, err = ByteSink(max_output), ByteSink(64 * 1024)
+        out = ByteSink(max_output)
+        code, err = self._run_into(sandbox, argv, out, stdin=stdin, deadline_s=deadline_s)
+        if out.overflowed:
+            raise SandboxError(f"{argv[0]} in sandbox {sandbox.id[:12]} wrote over {max_output} bytes")
+        return code, bytes(out.data), err
+
+    def _run_into(
+        self,
+        sandbox: Sandbox,
+        argv: Sequence[str],
+        out: Sink,
+        *,
+        stdin: bytes | None = None,
+        deadline_s: float = INTERNAL_DEADLINE_S,
+    ) -> tuple[int, bytes]:
+        """One of trialog's own commands, stdout streamed into `out`: exit code and stderr, or an error."""
+        err = ByteSink(64 * 1024)
         channel = self._channel(sandbox)
         code: int | None
         if channel is not None:
@@ -337,9 +386,7 @@ class DockerBackend:
             code = self._exec(sandbox, argv, out, err, stdin, deadline_s).exit_code
         if code is None:
             raise SandboxError(f"{argv[0]} in sandbox {sandbox.id[:12]} did not finish in {deadline_s:.0f} s")
-        if out.overflowed:
-            raise SandboxError(f"{argv[0]} in sandbox {sandbox.id[:12]} wrote over {max_output} bytes")
-        return code, bytes(out.data), bytes(err.data)
+        return code, bytes(err.data)
 
     def _kill_stragglers(self, sandbox: Sandbox) -> None:
         # This may fail (no pid left to exec with): the caller still sees the timeout and can replace it.
@@ -407,19 +454,33 @@ class DockerBackend:
             raise SandboxError(f"listing the workspace failed: {err.decode(errors='replace').strip()}")
         listing = parse_listing(listed)
         stale = hashes.stale(listing)
-        fetched = self._fetch(sandbox, stale) if stale else {}
-        digests = {path: hashlib.sha256(body.content).hexdigest() for path, body in fetched.items()}
-        manifest = hashes.manifest(listing, fetched, digests)
-        contents = {digests[path]: body.content for path, body in fetched.items()}
-        snapshot_id = self.snapshots.save(manifest, contents)
-        hashes.remember(listing, fetched, digests)
+        fetched = self._fetch(sandbox, stale) if stale else {}  # in the store already
+        manifest = hashes.manifest(listing, fetched)
+        snapshot_id = self.snapshots.save(manifest, {})
+        hashes.remember(listing, fetched)
         return snapshot_id
 
-    def _fetch(self, sandbox: Sandbox, paths: list[str]) -> dict[str, TarFile]:
+    def _fetch(self, sandbox: Sandbox, paths: list[str]) -> dict[str, FetchedFile]:
+        """Stream the files out of the sandbox straight into the object store (see ingest.py)."""
         names = b"".join(path.encode("utf-8", "surrogateescape") + b"\0" for path in paths)
         most = sandbox.spec.quotas.workspace_bytes + 1024 * len(paths) + MIB  # the files plus tar headers
-        _, archive, _ = self._run(sandbox, FETCH_ARGV, stdin=names, max_output=most)
-        return regular_files(archive)
+        ingest = TarIngest(
+            self.snapshots.objects,
+            in_flight_bytes=SNAPSHOT_IN_FLIGHT_BYTES,
+            put_threads=self.snapshots.put_threads,
+        )
+        try:
+            self._run_into(sandbox, FETCH_ARGV, ingest, stdin=names)
+        except BaseException:
+            ingest.close()
+            raise
+        try:
+            files = ingest.finish()
+        except IngestError as exc:
+            raise SandboxError(f"fetching files from sandbox {sandbox.id[:12]} failed: {exc}") from exc
+        if ingest.total > most:
+            raise SandboxError(f"tar in sandbox {sandbox.id[:12]} wrote over {most} bytes")
+        return files
 
     def restore(self, sandbox: Sandbox, snapshot_id: SnapshotId) -> None:
         manifest = self.snapshots.load(snapshot_id)

@@ -31,6 +31,13 @@ from sandbox_agent.output import BoundedOutput
 SERVER_SOURCE = Path(__file__).with_name("exec_server.py").read_text()
 # -I: ignore the environment and the user's site; -S: no site module (faster start, nothing to import).
 SERVER_COMMAND = ["python3", "-I", "-S", "-c", SERVER_SOURCE]
+
+
+def server_command(agent_uid: int, agent_gid: int) -> list[str]:
+    """The container's command: the server, told which uid and gid the commands it runs must have."""
+    return [*SERVER_COMMAND, str(agent_uid), str(agent_gid)]
+
+
 _RECV_BYTES = 256 * 1024
 _ATTACH = {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
 _request_ids = itertools.count(int.from_bytes(os.urandom(4), "big") << 20)
@@ -42,6 +49,12 @@ class ChannelBroken(SandboxError):
 
 class ChannelTimeout(ChannelBroken):
     """No answer within the host's deadline: the server or the sandbox is wedged."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerHello:
+    hardened: bool  # non-dumpable: no ptrace, no /proc/1/fd for processes of its uid
+    isolated: bool  # root, running commands as the agent's uid and killing all of them after each
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,11 +93,12 @@ class ExecChannel:
 
     # -- requests ------------------------------------------------------------------------------------
 
-    def hello(self, deadline_s: float) -> bool:
-        """Wait for the hello the server sends when it starts; True if it could harden itself."""
+    def hello(self, deadline_s: float) -> ServerHello:
+        """Wait for the hello the server sends when it starts: could it harden and isolate itself."""
         for kind, payload in self._frames(0, time.monotonic() + deadline_s):
             if kind == b"h":
-                return bool(json.loads(payload)["hardened"])
+                said = json.loads(payload)
+                return ServerHello(bool(said["hardened"]), bool(said.get("isolated", False)))
         raise ChannelBroken("no hello from the sandbox's exec server")  # pragma: no cover - _frames raises
 
     def run(

@@ -2,19 +2,38 @@
 
 A `docker exec` costs tens of milliseconds (a runc process, namespaces joined, the engine's book-keeping);
 a command sent to this server costs about one fork. The server is started as the container's command
-(`python3 -I -S -c <this file>`), so it runs inside every quota of the sandbox, as the sandbox's user.
+(`python3 -I -S -c <this file> AGENT_UID AGENT_GID`), so it runs inside every quota of the sandbox.
 
-The agent's code cannot reach it: the server makes itself non-dumpable at once, so processes of the same
-user can neither ptrace it nor open /proc/1/fd/* (its stdin and stdout, i.e. trialog's channel); and the
-kernel ignores signals sent to a namespace's init from inside it, so it cannot be killed from the sandbox.
+Steps are isolated. The server runs as root holding only CAP_SETUID, CAP_SETGID (to start commands as the
+agent), CAP_SETPCAP (to empty its capability bounding set at start, which commands inherit) and CAP_KILL,
+under no-new-privileges; every command runs as AGENT_UID:AGENT_GID with no supplementary groups and no
+capabilities at all (permitted, effective, inheritable, ambient and bounding sets empty). After every
+command (and on a timeout) every process of the agent's uid is killed: a child that becomes the agent
+calls kill(-1, SIGKILL), which the kernel delivers to every process that uid may signal, atomically with
+respect to fork (a fork bomb cannot outrun it), and the sweep repeats until /proc shows none alive. So
+nothing a step starts (setsid, nohup, double fork, disown) lives into the next step, writes into its
+output, or races trialog's own listing and tar commands, which run as the agent's uid only while no agent
+process exists.
+
+The agent cannot reach the server: another uid, so no signal (EPERM), no ptrace, no /proc/1/fd, mem or
+environ; non-dumpable as well; and no catchable handler (SIGINT is default-handled, which for a namespace's
+init means ignored from inside), so `kill -INT 1` cannot stop the sandbox and erase a grade.
+
+What remains possible, and why: within one step the agent's processes can of course interfere with each
+other (it is all the agent's own output); a process in a step can fill /tmp or the workspace for later
+steps (that is state, snapshotted as the workspace is); the root-owned server still holds the four
+capabilities above, which an exploit of the kernel or of this file would start from.
+
+Run by hand or by a test (not root), the server runs commands as its own user and sweeps nothing but the
+command's process group (elsewhere "every other process of the user" would be the caller's session).
 
 Protocol. Requests, on stdin: a JSON line, then `stdin` bytes of input for the command. Answers, on
 stdout: frames of (kind: 1 byte, request id: 8 bytes, length: 4 bytes, payload). Kinds: `h` hello (JSON:
-hardened), `o`/`e` a chunk of stdout/stderr (mode "stream"), `r` the result (JSON: exit code, timed out,
-OOM kills during the command, and in mode "cap" each stream's head and tail in base64 and total size).
-Request fields: id, argv, timeout (s), stdin (bytes that follow), mode ("cap" or "stream"), cap (bytes kept
-per stream in mode "cap"), env (added variables). Only one client may be attached at a time: Docker
-copies the container's output to every attached client, and one that does not read would stall it.
+hardened, isolated), `o`/`e` a chunk of stdout/stderr (mode "stream"), `r` the result (JSON: exit code,
+timed out, OOM kills during the command, and in mode "cap" each stream's head and tail in base64 and total
+size). Request fields: id, argv, timeout (s), stdin (bytes that follow), mode ("cap" or "stream"), cap
+(bytes kept per stream in mode "cap"), env (added variables). Only one client may be attached at a time:
+Docker copies the container's output to every attached client, and one that does not read would stall it.
 
 This file is standard library only and runs on the sandbox image's Python (3.11).
 """
@@ -24,11 +43,13 @@ from __future__ import annotations
 import base64
 import contextlib
 import ctypes
+import errno
 import json
 import os
 import select
 import signal
 import struct
+import subprocess
 import sys
 import threading
 import time
@@ -36,6 +57,9 @@ from typing import Any
 
 FRAME = struct.Struct(">cQI")
 PR_SET_DUMPABLE = 4
+PR_CAPBSET_DROP = 24
+LAST_CAP = 63  # higher than any kernel's; EINVAL past the kernel's last one ends the loop
+SWEEPS = 200  # kill(-1) passes before giving up (one suffices unless a process is mid-exec of setuid)
 KILLED = 128 + signal.SIGKILL
 GRACE_AFTER_EXIT_S = 1.0  # how long streams held open by escaped processes are still read after the exit
 IDLE_REAP_S = 0.5
@@ -156,6 +180,56 @@ def oom_kills() -> int:
     return 0
 
 
+class Agent:
+    """Who commands run as, when the server is root: a uid and gid other than the server's."""
+
+    def __init__(self, uid: int, gid: int) -> None:
+        self.uid, self.gid = uid, gid
+
+    def alive(self) -> list[int]:
+        """The processes of the agent's uid alive (not zombies) in the sandbox."""
+        found: list[int] = []
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{name}/status", "rb") as status:
+                    text = status.read(2048)
+            except OSError:
+                continue
+            state = text.partition(b"State:\t")[2][:1]
+            uids = text.partition(b"Uid:\t")[2].split(b"\n", 1)[0].split()
+            if state not in (b"Z", b"X") and str(self.uid).encode() in uids[:4]:
+                found.append(int(name))
+        return found
+
+    def kill_all(self, children: Children) -> bool:
+        """SIGKILL every process of the agent's uid; True once none is left."""
+        for _ in range(SWEEPS):
+            children.reap()
+            alive = self.alive()
+            if not alive:
+                return True
+            try:
+                pid = os.fork()
+            except OSError:  # the pids quota is spent (a fork bomb): kill what was seen, then fork again
+                for seen in alive:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(seen, signal.SIGKILL)
+                continue
+            if pid == 0:  # pragma: no cover - the child
+                try:
+                    os.setresuid(self.uid, self.uid, self.uid)  # no capabilities left: only the agent's
+                    os.kill(-1, signal.SIGKILL)
+                finally:
+                    os._exit(0)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+            time.sleep(0.001)
+        children.reap()
+        return not self.alive()
+
+
 def kill_everything_else(children: Children) -> None:
     """SIGKILL every process but this one (what a timed-out step may have left, even outside its group)."""
     me = os.getpid()
@@ -193,23 +267,38 @@ def pump_stdin(source: Input, length: int, target: int | None) -> None:
         os.close(target)
 
 
-def spawn(request: dict[str, Any]) -> tuple[int, int | None, int, int]:
-    """Start the command in a new session (its own process group); returns pid, stdin, stdout, stderr fds."""
+# Python ignores SIGPIPE and SIGXFSZ; the command must get them as any program expects (SIGINT is default
+# in the whole server, see main).
+DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ)
+
+
+def spawn(request: dict[str, Any], agent: Agent | None) -> tuple[int, int | None, int, int]:
+    """Start the command in a new session (its own process group); returns pid, stdin, stdout, stderr fds.
+    The pipes are the server's (root's, when it is root): no other process can open them through /proc."""
     out_read, out_write = os.pipe()
     err_read, err_write = os.pipe()
     if request["stdin"]:
         in_read, in_write = os.pipe()
     else:
         in_read, in_write = os.open(os.devnull, os.O_RDONLY), -1
-    actions = [(os.POSIX_SPAWN_DUP2, in_read, 0), (os.POSIX_SPAWN_DUP2, out_write, 1)]
-    actions.append((os.POSIX_SPAWN_DUP2, err_write, 2))
     env = {**os.environ, **request.get("env", {})}
     try:
         argv = request["argv"]
-        # Python ignores SIGPIPE and SIGXFSZ; the command must get them as any program expects.
-        pid = os.posix_spawnp(
-            argv[0], argv, env, file_actions=actions, setsid=True, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ)
-        )
+        if agent is None:
+            actions = [(os.POSIX_SPAWN_DUP2, in_read, 0), (os.POSIX_SPAWN_DUP2, out_write, 1)]
+            actions.append((os.POSIX_SPAWN_DUP2, err_write, 2))
+            pid = os.posix_spawnp(
+                argv[0], argv, env, file_actions=actions, setsid=True, setsigdef=DEFAULT_SIGNALS
+            )
+        else:
+            # Popen forks in C (no Python runs in the child): setsid, no groups, the agent's gid and uid,
+            # which clears every capability. restore_signals gives SIGPIPE and SIGXFSZ their defaults.
+            process = subprocess.Popen(
+                argv, stdin=in_read, stdout=out_write, stderr=err_write, env=env, start_new_session=True,
+                user=agent.uid, group=agent.gid, extra_groups=[], close_fds=True, restore_signals=True,
+            )  # fmt: skip
+            process.returncode = 0  # the server reaps every child itself: Popen must never wait for it
+            pid = process.pid
     except BaseException:
         for fd in (in_read, in_write, out_read, out_write, err_read, err_write):
             if fd >= 0:
@@ -220,14 +309,16 @@ def spawn(request: dict[str, Any]) -> tuple[int, int | None, int, int]:
     return pid, (in_write if in_write >= 0 else None), out_read, err_read
 
 
-def run(request: dict[str, Any], source: Input, output: Output, children: Children) -> dict[str, Any]:
+def run(
+    request: dict[str, Any], source: Input, output: Output, children: Children, agent: Agent | None = None
+) -> dict[str, Any]:
     deadline = time.monotonic() + float(request["timeout"])
     request_id = int(request["id"])
     streamed = request.get("mode") == "stream"
     caps = {b"o": Capped(int(request.get("cap", 0))), b"e": Capped(int(request.get("cap", 0)))}
     oom_before = oom_kills()
     try:
-        pid, stdin_fd, out_fd, err_fd = spawn(request)
+        pid, stdin_fd, out_fd, err_fd = spawn(request, agent)
     except OSError as exc:
         pump_stdin(source, int(request["stdin"]), None)
         message = f"{request['argv'][0]}: {exc.strerror}\n".encode()
@@ -267,14 +358,18 @@ def run(request: dict[str, Any], source: Input, output: Output, children: Childr
             code = children.exit_code(pid)
             if code is not None:  # the command ended: its background jobs end with it
                 kill_group(pid)
+                if agent is not None:
+                    agent.kill_all(children)  # and so does everything else it started
                 exited_at = time.monotonic()
     for fd in open_fds:
         os.close(fd)
     timed_out = code is None
     if timed_out:
         kill_group(pid)
+        if agent is not None:
+            agent.kill_all(children)
         wait_for(pid, children)
-        if os.getpid() == 1:  # only as a sandbox's init: elsewhere "everything else" is the whole host
+        if agent is None and os.getpid() == 1:  # as a sandbox's init without an agent uid (older images)
             kill_everything_else(children)
         code = KILLED
     feeder.join(timeout=5.0)
@@ -303,9 +398,10 @@ def result(code: int, timed_out: bool, ooms: int, caps: dict[bytes, Capped]) -> 
     return {"exit_code": code, "timed_out": timed_out, "oom_kills": ooms, **summaries}
 
 
-def serve(source: Input, output: Output, hardened: bool) -> None:
+def serve(source: Input, output: Output, hardened: bool, agent: Agent | None = None) -> None:
     children = Children()
-    output.send(b"h", 0, json.dumps({"hardened": hardened}).encode())
+    hello = {"hardened": hardened, "isolated": agent is not None}
+    output.send(b"h", 0, json.dumps(hello).encode())
     while True:
         while not source.readable(IDLE_REAP_S):
             children.reap()
@@ -316,7 +412,7 @@ def serve(source: Input, output: Output, hardened: bool) -> None:
         except ValueError:
             continue  # not a request: nothing to answer
         try:
-            answer = run(request, source, output, children)
+            answer = run(request, source, output, children, agent)
         except Exception as exc:  # a malformed request must never take PID 1, hence the sandbox, down
             failed = Capped(4096)
             failed.write(f"trialog exec server: {exc!r}\n".encode())
@@ -325,11 +421,35 @@ def serve(source: Input, output: Output, hardened: bool) -> None:
         children.reap()
 
 
+def drop_bounding_set() -> bool:
+    """Empty the server's capability bounding set (its own capabilities stay): commands inherit the empty
+    set, so not even a file-capability binary could give them one. True when it took."""
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    for cap in range(LAST_CAP + 1):
+        if prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            return ctypes.get_errno() == errno.EINVAL and cap > 0  # EINVAL: past the kernel's last one
+    return True
+
+
+def agent_of(args: list[str]) -> Agent | None:
+    """The agent's uid and gid from the arguments, when the server is root and they name another user.
+    None (the host then refuses the channel and uses `docker exec` as the agent) if isolation fails."""
+    if len(args) != 2 or os.getuid() != 0:
+        return None
+    uid, gid = int(args[0]), int(args[1])
+    if uid == 0 or gid == 0 or not drop_bounding_set():
+        return None
+    return Agent(uid, gid)
+
+
 def main() -> None:
+    # Default-handled: a namespace's init ignores such signals from inside, and there is nothing to catch.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     hardened = harden()
+    agent = agent_of(sys.argv[1:])
     source = Input()
     try:
-        serve(source, Output(), hardened)
+        serve(source, Output(), hardened, agent)
     except Exception:  # whatever happens to the channel, PID 1 must stay (else the sandbox stops)
         if os.getpid() != 1:
             raise

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from sandbox_agent.ingest import FetchedFile
 from sandbox_agent.manifest import Entry, Manifest
 from sandbox_agent.paths import WORKSPACE
-from sandbox_agent.tarball import TarFile
 
 # Two clock ticks at HZ=100 (ctime is stamped from the coarse tick clock, unless the kernel has fine-grained
 # timestamps): a file modified after it was listed, in the tick it was last stamped in, looks unchanged.
@@ -104,9 +104,7 @@ class HashCache:
         """Files to fetch: new ones, changed ones, and ones not trusted last time."""
         return [item.path for item in listing.files() if self._unchanged(item) is None]
 
-    def manifest(
-        self, listing: Listing, fetched: Mapping[str, TarFile], hashes: Mapping[str, str]
-    ) -> Manifest:
+    def manifest(self, listing: Listing, fetched: Mapping[str, FetchedFile]) -> Manifest:
         """The tree as listed; fetched files take mode and hash from what was fetched.
 
         A listed file that was not fetched and is not known vanished (or became unreadable) in between:
@@ -120,7 +118,7 @@ class HashCache:
                 entries.append(Entry.link(item.path, item.target))
             elif item.kind == "f" and item.path in fetched:
                 body = fetched[item.path]
-                entries.append(Entry.file(item.path, body.mode, hashes[item.path], len(body.content)))
+                entries.append(Entry.file(item.path, body.mode, body.sha256, body.size))
             elif item.kind == "f" and (known := self._unchanged(item)) is not None:
                 entries.append(Entry.file(item.path, item.mode, known.sha256, known.size))
         return Manifest.of(entries)
@@ -129,14 +127,15 @@ class HashCache:
         known = self.known.get(item.path)
         return known if known is not None and known.stamp == item.stamp else None
 
-    def remember(self, listing: Listing, fetched: Mapping[str, TarFile], hashes: Mapping[str, str]) -> None:
+    def remember(self, listing: Listing, fetched: Mapping[str, FetchedFile]) -> None:
         trusted_before = listing.now_ns - RACY_WINDOW_NS
         known: dict[str, KnownFile] = {}
         for item in listing.files():
             if item.ctime_ns >= trusted_before:
                 continue
             if item.path in fetched:
-                known[item.path] = KnownFile(item.stamp, hashes[item.path], len(fetched[item.path].content))
+                body = fetched[item.path]
+                known[item.path] = KnownFile(item.stamp, body.sha256, body.size)
             elif (unchanged := self._unchanged(item)) is not None:
                 known[item.path] = unchanged
         self.known = known

@@ -6,6 +6,7 @@ the whole host); everything else behaves as in a sandbox.
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import pytest
 
 from sandbox_agent.docker_exec import ByteSink
 from sandbox_agent.exec_channel import SERVER_SOURCE, ChannelTimeout, ExecChannel
-from sandbox_agent.exec_server import Capped
+from sandbox_agent.exec_server import Agent, Capped, agent_of
 from sandbox_agent.output import BoundedOutput
 
 
@@ -26,7 +27,8 @@ def channel() -> Iterator[ExecChannel]:
     server = subprocess.Popen([sys.executable, "-I", "-S", "-c", SERVER_SOURCE], stdin=theirs, stdout=theirs)
     theirs.close()
     made = ExecChannel(ours, multiplexed=False)
-    assert made.hello(10.0) is True  # prctl took: not dumpable
+    hello = made.hello(10.0)
+    assert hello.hardened and not hello.isolated  # prctl took: not dumpable; not root: no uid to drop to
     yield made
     made.close()
     server.wait(timeout=10)
@@ -135,3 +137,16 @@ def test_a_malformed_request_is_answered_and_the_server_keeps_serving(channel: E
     answer = channel.run([], timeout_s=5, deadline_s=10, cap=1000)
     assert answer.exit_code == 126 and answer.stderr is not None and "exec server" in answer.stderr.text()
     assert run(channel, "echo still here").stdout.text() == "still here\n"
+
+
+def test_the_sweep_sees_the_processes_of_its_uid_and_no_others() -> None:
+    assert os.getpid() in Agent(os.getuid(), os.getgid()).alive()
+    unused = 1_999_999_999  # no process on a test machine runs as this uid
+    assert Agent(unused, unused).alive() == []
+
+
+def test_a_server_that_is_not_root_isolates_nothing() -> None:
+    if os.getuid() == 0:  # the test machine may run as root: then only arguments naming root are refused
+        assert agent_of(["0", "0"]) is None and agent_of([]) is None
+    else:
+        assert agent_of(["1000", "1000"]) is None

@@ -4,9 +4,9 @@ import hashlib
 
 import pytest
 
+from sandbox_agent.ingest import FetchedFile
 from sandbox_agent.listing import RACY_WINDOW_NS, HashCache, Listed, Listing, ListingError, parse_listing
 from sandbox_agent.manifest import Entry, Manifest
-from sandbox_agent.tarball import TarFile
 
 SECOND = 1_000_000_000
 NOW = 1_800_000_000 * SECOND
@@ -45,53 +45,52 @@ def listed(path: str, body: bytes, *, inode: int = 1, ctime_ns: int = NOW - SECO
     return Listed(path, "f", 0o644, "", (inode, len(body), ctime_ns, ctime_ns))
 
 
-def fetched(*bodies: tuple[str, bytes]) -> tuple[dict[str, TarFile], dict[str, str]]:
-    files = {path: TarFile(0o644, body) for path, body in bodies}
-    return files, {path: hashlib.sha256(body).hexdigest() for path, body in bodies}
+def fetched(*bodies: tuple[str, bytes]) -> dict[str, FetchedFile]:
+    return {path: FetchedFile(0o644, len(body), hashlib.sha256(body).hexdigest()) for path, body in bodies}
 
 
 def test_only_new_or_changed_files_are_fetched() -> None:
     cache = HashCache()
     first = Listing(NOW, (listed("a", b"aa"), listed("b", b"bb", inode=2)))
     assert cache.stale(first) == ["a", "b"]
-    files, hashes = fetched(("a", b"aa"), ("b", b"bb"))
-    cache.remember(first, files, hashes)
+    files = fetched(("a", b"aa"), ("b", b"bb"))
+    cache.remember(first, files)
     changed_b = listed("b", b"BB", inode=2, ctime_ns=NOW)
     second = Listing(NOW + SECOND, (listed("a", b"aa"), changed_b, listed("c", b"c", inode=3)))
     assert cache.stale(second) == ["b", "c"]
-    files2, hashes2 = fetched(("b", b"BB"), ("c", b"c"))
-    manifest = cache.manifest(second, files2, hashes2)
-    assert [entry.sha256 for entry in manifest.files] == [hashes["a"], hashes2["b"], hashes2["c"]]
+    files2 = fetched(("b", b"BB"), ("c", b"c"))
+    manifest = cache.manifest(second, files2)
+    expected = [files["a"].sha256, files2["b"].sha256, files2["c"].sha256]
+    assert [entry.sha256 for entry in manifest.files] == expected
 
 
 def test_files_changed_just_before_the_listing_are_not_trusted_next_time() -> None:
     cache = HashCache()
     racy = Listing(NOW, (listed("a", b"aa", ctime_ns=NOW - RACY_WINDOW_NS // 2),))
-    files, hashes = fetched(("a", b"aa"))
-    cache.remember(racy, files, hashes)
+    cache.remember(racy, fetched(("a", b"aa")))
     assert cache.stale(racy) == ["a"]  # the same stamps, but the file may have changed within that tick
 
 
 def test_a_file_that_vanished_before_it_could_be_fetched_is_left_out() -> None:
     cache = HashCache()
     base = Listing(NOW, (listed("a", b"aa"),))
-    cache.remember(base, *fetched(("a", b"aa")))
+    cache.remember(base, fetched(("a", b"aa")))
     changed = Listing(NOW + SECOND, (listed("a", b"aaa", ctime_ns=NOW),))
     assert cache.stale(changed) == ["a"]
-    assert cache.manifest(changed, {}, {}).entries == ()  # not the old hash of a file known to have changed
+    assert cache.manifest(changed, {}).entries == ()  # not the old hash of a file known to have changed
 
 
 def test_folders_and_links_come_from_the_listing_itself() -> None:
     listing = Listing(
         NOW, (Listed("d", "d", 0o700, "", (1, 0, 0, 0)), Listed("d/l", "l", 0o777, "x", (2, 1, 0, 0)))
     )
-    manifest = HashCache().manifest(listing, {}, {})
+    manifest = HashCache().manifest(listing, {})
     assert manifest.entries == (Entry.directory("d", 0o700), Entry.link("d/l", "x"))
 
 
 def test_other_kinds_of_files_are_not_snapshotted() -> None:
     listing = Listing(NOW, (Listed("fifo", "p", 0o644, "", (1, 0, 0, 0)),))
-    assert HashCache().stale(listing) == [] and HashCache().manifest(listing, {}, {}).entries == ()
+    assert HashCache().stale(listing) == [] and HashCache().manifest(listing, {}).entries == ()
 
 
 def test_a_restore_seeds_what_it_wrote_so_the_next_snapshot_fetches_nothing() -> None:
@@ -104,4 +103,4 @@ def test_a_restore_seeds_what_it_wrote_so_the_next_snapshot_fetches_nothing() ->
     cache = HashCache()
     cache.seed(listing, manifest)
     assert cache.stale(listing) == ["racy", "extra"]  # too recent to trust, and not from the snapshot
-    assert cache.manifest(listing, *fetched(("racy", body), ("extra", b"x"))).files[0] == entry
+    assert cache.manifest(listing, fetched(("racy", body), ("extra", b"x"))).files[0] == entry
