@@ -106,7 +106,7 @@ def _make_dumpless() -> None:
         del sys.modules[name]
 
 
-def _install(workspace: str, tests_dir: str) -> None:
+def _install(workspace: str, tests_dir: str, callers: dict[str, tuple[Any, ...]]) -> None:
     """Install the audit hook; it alone keeps the nonce and the report descriptor (see the module doc)."""
     import importlib.util
     import sysconfig
@@ -122,6 +122,8 @@ def _install(workspace: str, tests_dir: str) -> None:
     )  # fmt: skip
     str_type, int_type, tuple_type, frozen = str, int, tuple, frozenset
     pid = str(getpid())
+    main_thread = get_ident()
+    reported: set[tuple[str, str]] = set()
     modules = sys.modules
 
     def _dir(origin: str | None) -> str:
@@ -218,8 +220,14 @@ def _install(workspace: str, tests_dir: str) -> None:
             keep.append(module)
             if mod_name == "sys":
                 continue  # rebinds stdout/modules legitimately; its lists are checked below
+            origin = namespace.get("__file__")
+            # The framework's data too; of the stdlib, the behaviour (functions, classes, descriptors):
+            # its data attributes change as honest code uses it (weakref.finalize._dirty, logging flags).
+            strict = mod_name in ("builtins", "__main__") or (
+                type(origin) is str_type and origin.startswith(framework)
+            )
             for key, value in list(namespace.items()):
-                if (mod_name, key) in _VOLATILE:
+                if (mod_name, key) in _VOLATILE or not (strict or behaviour(value)):
                     continue
                 entries.append((mod_name, namespace, key, value))
                 add_function(value)
@@ -229,7 +237,8 @@ def _install(workspace: str, tests_dir: str) -> None:
                     where = f"{value.__module__}.{value.__qualname__}"
                     classes.append((where, value, proxy, frozen(proxy)))
                     for attr, member in list(proxy.items()):
-                        entries.append((f"{value.__module__}.{value.__qualname__}", proxy, attr, member))
+                        if strict or behaviour(member):
+                            entries.append((where, proxy, attr, member))
                         add_function(member)
         state["guard"] = modules.get("trialog_guard")
         state["entries"] = entries
@@ -295,6 +304,9 @@ def _install(workspace: str, tests_dir: str) -> None:
                 if shadow:
                     signal(f"test item {nodeid} attribute {shadow[0]} overridden")
 
+    def behaviour(value: object) -> bool:
+        return callable(value) or type(value) in (staticmethod, classmethod, property, module_type)
+
     def overridable(member: object) -> bool:
         """A class member an instance (or subclass) attribute of the same name would replace."""
         return type(member) in (function_type, staticmethod, classmethod)
@@ -304,6 +316,16 @@ def _install(workspace: str, tests_dir: str) -> None:
             signal(str_type(args[0]) if type(args[0]) is str_type else "tamper event")
             return
         problem = stack_is_trusted() if state.get("entries") is not None else ""
+        # Only from the harness's own call site, on the main thread: a trusted function (sys.audit itself,
+        # the plugin's method, a hook caller) run as a thread target, finalizer or atexit callback would
+        # otherwise bring a trusted-looking stack.
+        caller: Any = getframe(3)
+        if get_ident() != main_thread:
+            problem = f"another thread ({caller.f_code.co_name})"
+        elif caller.f_code not in callers.get(event, ()):
+            problem = problem or f"an unexpected caller {caller.f_code.co_name}"
+        elif event == "trialog.report" and caller.f_back.f_code.co_name != "_multicall":
+            problem = problem or f"a report not delivered by pluggy ({caller.f_back.f_code.co_name})"
         if event == "trialog.snapshot" and "entries" not in state:
             take_snapshot()
             snapshot_plugins(args[0])
@@ -317,6 +339,10 @@ def _install(workspace: str, tests_dir: str) -> None:
             emit("TRIALOG-ITEM", args[0])
         elif event == "trialog.report" and all(type(a) is str_type for a in args):
             nodeid, when, outcome = args
+            if (nodeid, when) in reported:  # a forged report beside (or before) the real one
+                signal(f"a second {when} report for {nodeid}")
+                return
+            reported.add((nodeid, when))  # type: ignore[arg-type]
             check(nodeid)  # type: ignore[arg-type]
             emit("TRIALOG-REPORT", f"{when} {outcome} {nodeid}")
         elif event == "trialog.final":
@@ -442,7 +468,18 @@ def main() -> int:
     _make_dumpless()
     sys.dont_write_bytecode = True
     sys.path = [HARNESS, *(p for p in sys.path if p and p != workspace), workspace]
-    _install(workspace, os.path.join(HARNESS, "tests") + os.sep)
+    callers = {
+        "trialog.snapshot": (_Reporter.pytest_collection.__code__,),
+        "trialog.collected": (_Reporter.pytest_collection_finish.__code__,),
+        "trialog.item": (_Reporter.pytest_collection_finish.__code__,),
+        "trialog.report": (
+            _Reporter.pytest_runtest_logreport.__code__,
+            _Reporter.pytest_collectreport.__code__,
+        ),
+        "trialog.final": (_Reporter.pytest_sessionfinish.__code__,),
+        "trialog.done": (main.__code__,),
+    }
+    _install(workspace, os.path.join(HARNESS, "tests") + os.sep, callers)
     sys.pycache_prefix = PYCACHE
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     os.chdir(workspace)

@@ -157,8 +157,13 @@ ATTACKS = {
         "def write(test_id):\n"
         "    for nonce in found:\n"
         "        record = {'id': test_id, 'when': 'call', 'outcome': 'passed'}\n"
-        "        os.write(1, f'\\nTRIALOG-REPORT {nonce} {json.dumps(record)}\\n'.encode())\n"
-        "        os.write(1, f'\\nTRIALOG-REPORT {nonce} call passed {test_id}\\n'.encode())\n" + FORGE_ALL
+        "        old, new = f'{nonce} {json.dumps(record)}', f'{nonce} call passed {test_id}'\n"
+        "        for line in (f'TRIALOG-REPORT {old}', f'TRIALOG-REPORT {new}'):\n"
+        "            for fd in range(1, 30):  # pytest captures fd 1; the report goes to a duplicate\n"
+        "                try:\n"
+        "                    os.write(fd, f'\\n{line}\\n'.encode())\n"
+        "                except OSError:\n"
+        "                    pass\n" + FORGE_ALL
     ),
     "nonce_from_inspect_stack": ("import inspect\nframes = [info.frame for info in inspect.stack()]\n"),
     "nonce_from_traceback_frames": (
@@ -187,6 +192,23 @@ ATTACKS = {
         "config.hook.pytest_sessionfinish(session=config.pluginmanager.get_plugin('session'), exitstatus=0)\n"
         "sys.audit('trialog.final')\n"
         + FORGE_ALL.replace("os._exit(0)", "sys.audit('trialog.done', 0)\nos._exit(0)")
+    ),
+    "reports_from_a_thread": (
+        "import sys, threading\n"
+        f"for test_id in {IDS!r}:\n"
+        "    forged = ('trialog.report', test_id, 'call', 'passed')\n"
+        "    thread = threading.Thread(target=sys.audit, args=forged)\n"
+        "    thread.start()\n"
+        "    thread.join()\n"
+    ),
+    "reports_from_a_finalizer": (
+        "import gc, sys, weakref\n"
+        "class Cycle:\n    pass\n"
+        f"for test_id in {IDS!r}:\n"
+        "    c = Cycle()\n    c.me = c\n"
+        "    weakref.finalize(c, sys.audit, 'trialog.report', test_id, 'call', 'passed')\n"
+        "    del c\n"
+        "gc.collect()\n"
     ),
     "settrace": "import sys\nsys.settrace(lambda frame, event, arg: None)\n",
     "ctypes_import": "import ctypes\nctypes.string_at(id(object()), 16)\n",
