@@ -49,8 +49,11 @@ What remains possible, and why (CPython cannot isolate code sharing one interpre
   imported after collection began, an instance attribute of some pytest object we do not snapshot) are not;
 * function `__closure__`/`__globals__`/cell contents raise no event: any closure reachable from a Python
   object is readable; that is why the secret is held by the hook only;
-* a stdlib wrapper we did not list as frame-returning (the list is in `_LEAKY`), `marshal`-made code with
-  forged file names, or a native extension built and loaded from an allowed folder;
+* a stdlib wrapper we did not list as frame-returning (the list is in `_LEAKY`); code with a forged
+  framework file name made through a stdlib function (`codeop`, importlib's `_call_with_frames_removed`,
+  `marshal`; only a direct `compile`/`CodeType` call by untrusted code is refused), which would then pass
+  the file-name test of the refusals (never the identity test of the report path); a native extension
+  built and loaded from an allowed folder;
 * anything the test itself trusts: a workspace that returns values which satisfy the assertions is, to
   this harness, a solution (the always-true `__eq__` is handled by `trialog_guard`, see there).
 """
@@ -393,11 +396,10 @@ def _install(workspace: str, tests_dir: str, callers: dict[str, tuple[Any, ...]]
                 filename = filename.decode("utf-8", "replace")
             if type(filename) is not str_type or not filename.startswith((*stdlib, *framework)):
                 return
-            if getframe(2).f_code.co_filename.startswith("<frozen importlib"):
-                return  # the import system compiling a source file (the pyc cache is private)
-            refused, where = untrusted_caller()
-            if where:
-                refuse(f"{event} claiming {filename} at {where}")
+            caller: Any = getframe(2)  # 0 guarded, 1 hook, 2 the code compiling
+            if is_stdlib(caller.f_code.co_filename) or caller.f_code.co_filename.startswith(framework):
+                return  # the import system compiling a source file, asyncio's code.replace, ...
+            refuse(f"{event} claiming {filename} at {caller.f_code.co_filename}:{caller.f_lineno}")
             return
         refused, where = untrusted_caller()
         if refused:

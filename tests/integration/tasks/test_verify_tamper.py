@@ -16,6 +16,7 @@ import pytest
 
 from actors.tasks.reward import Verdict
 from actors.tasks.spec import Task, load_task
+from actors.tasks.validate import Admission, validate_task
 from actors.tasks.verify import Verification, print_human, verify
 from ops.paths import REPO_ROOT
 from ops.stack.images import sandbox_ref
@@ -366,3 +367,40 @@ def test_without_a_trusted_collection_an_incomplete_run_fails_the_function(
         original.write_text(saved)
     assert result.expected == ("tests/test_param.py::test_add",)
     assert result.grade.verdict is Verdict.FAIL and not result.complete, print_human(result)
+
+
+ANY_TESTS = {
+    "test_any.py": (
+        "from unittest import mock\nfrom calc import add\n\n\n"
+        "def test_add():\n    assert add(2, 3) == 5\n\n\n"
+        "def test_anything():\n    assert add(1, 1) == mock.ANY\n"
+    )
+}
+
+
+def test_validation_refuses_a_task_whose_gold_solution_raises_a_signal(
+    grader: Grader, tmp_path: Path
+) -> None:
+    # A frozen test comparing with mock.ANY would grade every honest solution `tampered` in training.
+    folder = make_task(tmp_path / "any", task_id="any-add", tests=ANY_TESTS)
+    result = validate_task(folder, grader, runs=1)
+    assert result.verdict is Admission.GOLD_TAMPERS, result
+    assert "compares equal to everything" in result.reasons[0]
+
+
+def test_validation_lists_the_instances_it_will_grade(grader: Grader, tmp_path: Path) -> None:
+    folder = make_task(tmp_path / "param", toml=PARAM_TOML, tests=PARAM_TESTS)
+    result = validate_task(folder, grader, runs=1)
+    assert result.verdict is Admission.VALID, result
+    assert result.to_json()["tests"] == [f"tests/test_param.py::test_add[{a}]" for a in (1, 2, 3, 4)]
+
+
+@pytest.mark.parametrize("example", sorted(path.name for path in EXAMPLES.iterdir() if path.is_dir()))
+def test_every_example_gold_solution_passes_without_signals(
+    grader: Grader, tmp_path: Path, example: str
+) -> None:
+    # The refusals and the framework check must not mistake honest code (or the frozen tests) for tampering.
+    task = load_task(EXAMPLES / example)
+    result = grader(task, task.copy_repo(tmp_path / "ws", solved=True))
+    assert (result.grade.verdict, result.grade.tamper_signals) == (Verdict.PASS, ()), print_human(result)
+    assert result.complete
