@@ -108,10 +108,11 @@ def expected_ids(
         stdin=f"{tag}\n".encode(),
     )
     found = parse_harness_output(run.stdout, tag)
-    ids = expand_instances(task.test_ids, found.items)
-    if found.complete and not run.timed_out:  # a failed collection is retried by the next grade
-        with _collected_lock:
-            _collected[key] = ids
+    # A collection that failed (repo/ does not import as shipped, or hangs) keeps the static ids, and is
+    # not retried: the same repo fails the same way, and a hang would cost every grade its timeout.
+    ids = expand_instances(task.test_ids, found.items if found.complete else ())
+    with _collected_lock:
+        _collected[key] = ids
     return ids
 
 

@@ -1,7 +1,8 @@
 """The grading harness's entry point, run inside the sandbox as `python3 -I trialog_launch.py WORKSPACE`.
 
 It imports nothing from trialog (only pytest is installed where it runs). The code under test runs in this
-same process, so everything here is about making what decides pass/fail unreachable or tamper-evident:
+same process, so everything here is about making what decides pass/fail unreachable or tamper-evident
+(docs/grading.md has the overview, the attack table and the cost):
 
 * isolation of start-up (as before): `-I`, the workspace LAST on sys.path, bytecode only from a private
   cache, pytest with our empty config, our rootdir, `--noconftest`, no plugin autoload, no cacheprovider;
