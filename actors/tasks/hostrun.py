@@ -1,26 +1,26 @@
 """Running a task's frozen tests with the host's Python: for authoring and CI on *trusted* code only.
 
 This is how the example tasks and imported task sets are proven valid without sandboxes (repo/ fails,
-repo/ + solution.patch passes). It lays the tests out as the grading harness does (frozen tests and the
-report plugin in a folder of their own, outside the workspace, under an empty pytest configuration), but it
-does not isolate anything: never point it at an agent's workspace. Agents are graded by the verifier, in a
-sandbox.
+repo/ + solution.patch passes). It runs the grading harness itself (`harness/trialog_launch.py`, with the
+host's Python: the same launcher, guard, rewritten asserts and report lines as in a sandbox), but it does
+not isolate anything else: never point it at an agent's workspace. Agents are graded by the verifier, in a
+sandbox. The expected ids here are the static ones (`task.test_ids`; see `actors.tasks.reward`).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
+import secrets
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from actors.tasks.harness import REPORT_PLUGIN
-from actors.tasks.report import parse_report
+from actors.tasks.harness import LAUNCHER, harness_files
+from actors.tasks.report import HarnessOutput, parse_harness_output
 from actors.tasks.reward import Grade, Outcome, grade
 from actors.tasks.spec import Task
 from actors.tasks.tamper import compare_trees
@@ -34,6 +34,7 @@ class HostRun:
     exit_code: int | None  # None: killed at the timeout
     output: str  # the tail of pytest's stdout and stderr
     duration_s: float
+    harness: HarnessOutput = field(default_factory=HarnessOutput)
 
 
 def run_tests(
@@ -41,64 +42,51 @@ def run_tests(
 ) -> HostRun:
     """Run the frozen tests of `task` against the folder `workspace` in a subprocess."""
     with tempfile.TemporaryDirectory(prefix="trialog-hostrun-") as scratch:
-        harness = _lay_out_harness(task, Path(scratch))
-        report = Path(scratch) / "report.jsonl"
-        # --continue-on-collection-errors: one test file that fails to import must not cancel the others.
-        command = [python, "-m", "pytest", "-q", "-p", "trialog_report", "-p", "no:cacheprovider"]
-        command += ["--continue-on-collection-errors"]
-        command += ["--rootdir", str(harness), "-c", str(harness / "pytest.ini"), "tests"]
+        harness = Path(scratch) / "harness"
+        for path, data in harness_files(task.tests_dir):
+            (harness / path).parent.mkdir(parents=True, exist_ok=True)
+            (harness / path).write_bytes(data)
+        nonce = secrets.token_hex(16)
+        command = [python, "-I", str(harness / LAUNCHER), str(workspace.resolve())]
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "PYTEST"))}
         started = time.monotonic()
-        exit_code, output = _run(
-            command, harness, _env(harness, workspace, report), timeout_s or task.spec.timeout_s
+        exit_code, out = _run(
+            command, harness, env, timeout_s or task.spec.timeout_s, stdin=f"{nonce}\n".encode()
         )
-        text = report.read_text(encoding="utf-8") if report.exists() else ""
-        return HostRun(tuple(parse_report(text)), exit_code, output, time.monotonic() - started)
+        found = parse_harness_output(out, nonce)
+        duration = time.monotonic() - started
+        return HostRun(found.reports, exit_code, out[-OUTPUT_LIMIT:], duration, found)
 
 
-def _lay_out_harness(task: Task, scratch: Path) -> Path:
-    harness = scratch / "harness"
-    shutil.copytree(task.tests_dir, harness / "tests", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    shutil.copy(REPORT_PLUGIN, harness / REPORT_PLUGIN.name)
-    # An empty configuration of our own: nothing found elsewhere decides how tests are collected or run.
-    (harness / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
-    return harness
-
-
-def _env(harness: Path, workspace: Path, report: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "PYTEST"))}
-    env.update(
-        # The harness first, so that the report plugin cannot be shadowed; then the code under test.
-        PYTHONPATH=os.pathsep.join([str(harness), str(workspace.resolve())]),
-        PYTHONDONTWRITEBYTECODE="1",
-        PYTHONHASHSEED="0",
-        PYTEST_DISABLE_PLUGIN_AUTOLOAD="1",  # host plugins (hypothesis, anyio, ...) must not change results
-        TRIALOG_REPORT=str(report),
-    )
-    return env
-
-
-def _run(command: list[str], cwd: Path, env: dict[str, str], timeout_s: float) -> tuple[int | None, str]:
+def _run(
+    command: list[str], cwd: Path, env: dict[str, str], timeout_s: float, stdin: bytes = b""
+) -> tuple[int | None, str]:
     # A session of its own, so that a timeout kills whatever the tests started too.
     process = subprocess.Popen(
-        command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+        command,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     try:
-        out, _ = process.communicate(timeout=timeout_s)
+        out, _ = process.communicate(stdin, timeout=timeout_s)
         code: int | None = process.returncode
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         out, _ = process.communicate()
         code = None
-    return code, out.decode("utf-8", "replace")[-OUTPUT_LIMIT:]
+    return code, out.decode("utf-8", "replace")
 
 
 def build(task: Task, workspace: Path, *, timeout_s: float | None = None) -> bool:
     """Run the task's build_command in `workspace` (True when there is none)."""
     if task.spec.build_command is None:
         return True
-    code, _ = _run(
-        ["bash", "-c", task.spec.build_command], workspace, dict(os.environ), timeout_s or task.spec.timeout_s
-    )
+    command = ["bash", "-c", task.spec.build_command]
+    code, _ = _run(command, workspace, dict(os.environ), timeout_s or task.spec.timeout_s)
     return code == 0
 
 
@@ -112,4 +100,9 @@ def grade_on_host(
     if not build(task, workspace, timeout_s=timeout_s):
         return grade(expected=task.test_ids, reports=(), build_ok=False), None
     run = run_tests(task, workspace, timeout_s=timeout_s)
-    return grade(expected=task.test_ids, reports=run.reports), run
+    found = run.harness
+    complete = found.complete and run.exit_code is not None
+    graded = grade(
+        expected=task.test_ids, reports=run.reports, tamper_signals=found.signals, complete=complete
+    )
+    return graded, run

@@ -5,10 +5,15 @@
     every frozen test passed      ->  1.0  pass
     otherwise                     ->  passed/total - 0.2   partial (some passed) or fail (none passed)
 
-The rule only trusts what it can count. The expected test ids come from the task (read statically from the
-frozen tests), never from the run, so a test that is missing from the report, errored, was skipped or was
-not collected counts as failed; a run that reports nothing earns nothing. A task with no expected tests
-cannot be graded at all (verdict `error`): an empty suite must never look like a passing one.
+The rule only trusts what it can count. The expected test ids never come from the graded run: they are
+the instances of a trusted collection of the task's original repo/ (each parametrized instance is one
+test, and `total` counts instances), or, where that collection could not run, the ids read statically from
+the frozen tests (a parametrized function is then one test, passed when every instance reported passed).
+A test that is missing from the report, errored, was skipped or was not collected counts as failed; a run
+that reports nothing earns nothing. A run that did not finish (`complete=False`: killed at the timeout, or
+no completion marker) also fails every static id it saw only instances of, since the instances it never
+reached cannot be counted. A task with no expected tests cannot be graded at all (verdict `error`): an
+empty suite must never look like a passing one.
 """
 
 from __future__ import annotations
@@ -83,6 +88,7 @@ def grade(
     tampered_paths: Iterable[str] = (),
     tamper_signals: Iterable[str] = (),
     build_ok: bool = True,
+    complete: bool = True,
 ) -> Grade:
     """Grade one workspace.
 
@@ -102,7 +108,7 @@ def grade(
         return Grade(BUILD_FAILED_REWARD, Verdict.BUILD_FAILED, 0, total, expected_ids)
     if not total:
         return error_grade("the task has no frozen tests", total=0)
-    failed = failed_tests(expected_ids, reports)
+    failed = failed_tests(expected_ids, reports, complete=complete)
     passed = total - len(failed)
     if not failed:
         return Grade(PASS_REWARD, Verdict.PASS, passed, total, ())
@@ -110,22 +116,30 @@ def grade(
     return Grade(passed / total - PARTIAL_PENALTY, verdict, passed, total, failed)
 
 
-def failed_tests(expected: Sequence[str], reports: Iterable[tuple[str, Outcome]]) -> tuple[str, ...]:
+def failed_tests(
+    expected: Sequence[str], reports: Iterable[tuple[str, Outcome]], *, complete: bool = True
+) -> tuple[str, ...]:
     """The expected ids that did not pass, in the order of `expected`."""
     wanted = set(expected)
     seen: set[str] = set()
     bad: set[str] = set()
+    folded: set[str] = set()  # static ids that were reported only through instances
+    exact: set[str] = set()
     for test_id, outcome in reports:
-        base = _expected_id(test_id, wanted)
+        base = expected_id(test_id, wanted)
         if base is None:
             continue  # a report for something not frozen (cannot affect the grade)
         seen.add(base)
+        (exact if base == test_id else folded).add(base)
         if outcome is not Outcome.PASSED:
             bad.add(base)
+    if not complete:
+        bad |= folded - exact
     return tuple(test_id for test_id in expected if test_id in bad or test_id not in seen)
 
 
-def _expected_id(test_id: str, wanted: set[str]) -> str | None:
+def expected_id(test_id: str, wanted: set[str]) -> str | None:
+    """The expected id a reported id counts for: itself, or the static id it is an instance of."""
     if test_id in wanted:
         return test_id
     # Parametrized instances: `file.py::test_x[1-2]` belongs to `file.py::test_x`. Test names cannot hold

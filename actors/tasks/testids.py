@@ -8,13 +8,14 @@ named `test*` at module level, and `test*` methods of `Test*` classes without an
 classes included.
 
 Ids look like pytest node ids relative to the task folder: `tests/test_calc.py::TestAdd::test_zero`. A
-parametrized test has one id here; its instances (`...::test_zero[1-2]`) are folded into it when graded.
+parametrized test has one id here; `expand_instances` replaces it by its instances
+(`...::test_zero[1-2]`) as a trusted collection of the original repo/ found them.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 
@@ -75,3 +76,22 @@ def _names_in_body(body: list[ast.stmt], prefix: str) -> Iterator[str]:
 def _has_init(node: ast.ClassDef) -> bool:
     # pytest refuses to collect test classes with an __init__ (it warns and skips them).
     return any(isinstance(item, ast.FunctionDef) and item.name == "__init__" for item in node.body)
+
+
+def expand_instances(static_ids: Sequence[str], collected: Sequence[str]) -> tuple[str, ...]:
+    """Each static id replaced by its collected instances (itself, or `id[...]`), in collection order.
+
+    A static id that was not collected (its file did not import in the trusted collection) stays as it
+    is; collected ids that belong to no static id are left out, since only the frozen functions count.
+    """
+    by_base: dict[str, list[str]] = {}
+    for node_id in collected:
+        base, bracket, _ = node_id.partition("[")
+        if not bracket:
+            by_base.setdefault(node_id, []).append(node_id)
+        elif node_id.endswith("]"):
+            by_base.setdefault(base, []).append(node_id)
+    expanded: list[str] = []
+    for static_id in static_ids:
+        expanded.extend(by_base.get(static_id) or [static_id])
+    return tuple(dict.fromkeys(expanded))

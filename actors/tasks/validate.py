@@ -3,7 +3,13 @@
 A task is `valid` when its spec loads, repo/ as given fails at least one frozen test, repo/ with
 solution.patch passes all of them, and this holds in each of N runs with no run timing out. Otherwise
 the verdict names the first rule broken: `invalid_spec`, `timeout`, `flaky` (outcomes differ between
-runs), `already_passing`, `gold_fails`.
+runs), `already_passing`, `gold_tampers` (the gold solution raised a tamper signal: e.g. a frozen test
+compares with `mock.ANY`, or uses frame introspection the harness refuses; training on such a task would
+punish honest work as tampering), `gold_fails`, `unstable_ids` (the gold run reported tests other than the
+trusted collection of repo/ found: the expected ids would not be the ones graded).
+
+The expected ids (parametrized instances included) are those the verifier collected from the original
+repo/; they are listed in the JSON report.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from actors.tasks.reward import Verdict
+from actors.tasks.reward import Verdict, expected_id
 from actors.tasks.spec import Task, TaskError, load_task
 from actors.tasks.verify import Verification
 
@@ -29,6 +35,8 @@ class Admission(StrEnum):
     GOLD_FAILS = "gold_fails"
     FLAKY = "flaky"
     TIMEOUT = "timeout"
+    GOLD_TAMPERS = "gold_tampers"
+    UNSTABLE_IDS = "unstable_ids"
 
 
 @dataclass(frozen=True)
@@ -39,6 +47,10 @@ class RunOutcome:
     gold: tuple[Verdict, tuple[str, ...]]
     timed_out: bool
     seconds: float
+    gold_signals: tuple[str, ...] = ()
+    # gold-run ids the collection did not expect, then expected ids the gold run never reported
+    id_mismatch: tuple[str, ...] = ()
+    expected: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -58,6 +70,7 @@ class TaskValidation:
             "version": self.task_version,
             "verdict": self.verdict.value,
             "reasons": list(self.reasons),
+            "tests": list(self.runs[0].expected) if self.runs else [],
             "runs": [
                 {
                     "repo": run.repo[0].value,
@@ -84,6 +97,14 @@ def judge(runs: Sequence[RunOutcome]) -> tuple[Admission, tuple[str, ...]]:
     gold_verdict, gold_failed = runs[0].gold
     if repo_verdict is Verdict.PASS:
         return Admission.ALREADY_PASSING, ("repo/ as given already passes every frozen test",)
+    signals = tuple(dict.fromkeys(signal for run in runs for signal in run.gold_signals))
+    if signals:
+        return Admission.GOLD_TAMPERS, tuple(f"repo/ + solution.patch raised: {s}" for s in signals[:5])
+    mismatch = tuple(dict.fromkeys(test for run in runs for test in run.id_mismatch))
+    if mismatch:
+        return Admission.UNSTABLE_IDS, (
+            "the gold run's tests differ from the trusted collection of repo/: " + ", ".join(mismatch[:5]),
+        )
     if gold_verdict is not Verdict.PASS:
         failing = ", ".join(gold_failed[:5]) or gold_verdict.value
         return Admission.GOLD_FAILS, (f"repo/ + solution.patch does not pass: {failing}",)
@@ -113,7 +134,21 @@ def _one_run(task: Task, verifier: Verifier) -> RunOutcome:
         (gold.grade.verdict, gold.grade.failed_tests),
         repo.timed_out or gold.timed_out,
         time.monotonic() - started,
+        gold_signals=gold.grade.tamper_signals,
+        id_mismatch=id_mismatch(gold.expected, gold.reported) if gold.complete else (),
+        expected=gold.expected,
     )
+
+
+def id_mismatch(expected: Sequence[str], reported: Sequence[str]) -> tuple[str, ...]:
+    """Reported ids that are no expected test (nor an instance of one), then expected ids never reported.
+
+    Collection errors are reported against a file (no `::`): they are failures, not other tests.
+    """
+    wanted = set(expected)
+    extra = [r for r in reported if "::" in r and expected_id(r, wanted) is None]
+    seen = {expected_id(r, wanted) for r in reported}
+    return (*extra, *(e for e in expected if e not in seen))
 
 
 def validate_all(

@@ -5,7 +5,14 @@ build (`build_command` in the sandbox), then the frozen tests. The tests run und
 `harness/trialog_launch.py`, which the sandbox receives as root-owned, read-only inputs outside the
 workspace; the workspace arrives as a copy that never followed a link out of it. Results come back on the
 harness's own stdout, each line tagged with a nonce the code under test never sees on its command line,
-environment or files; every frozen test id without a passing report counts as failed.
+environment or files (see the launcher's doc for how the harness keeps the lines unforgeable, and
+docs/grading.md for the attacks tried).
+
+The expected tests are the instances a trusted collection of the task's original repo/ finds (run once per
+task version in a fresh sandbox, the repo given as read-only inputs, cached in this process); every one
+without a passing report counts as failed. A run that timed out or lacks the harness's completion marker
+is incomplete: what it did not report passing failed, and `detail` says so. Tamper signals the harness
+wrote make the grade `tampered`.
 """
 
 from __future__ import annotations
@@ -14,23 +21,24 @@ import dataclasses
 import json
 import secrets
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from actors.tasks.harness import HARNESS_DIR
-from actors.tasks.report import parse_report
+from actors.tasks.harness import LAUNCHER, REPO_INPUT, files_under, harness_files
+from actors.tasks.report import HarnessOutput, parse_harness_output
 from actors.tasks.reward import Grade, grade
 from actors.tasks.spec import Task
 from actors.tasks.tamper import compare_trees
+from actors.tasks.testids import expand_instances
 from actors.tasks.workspace import copy_workspace
 from sandbox_agent.backend import Sandbox, SandboxBackend
 from sandbox_agent.limits import MIB, ExecLimits, Quotas, SandboxSpec, parse_size
 from schemas.fsnames import to_wire
 
-LAUNCHER = "trialog_launch.py"
 HARNESS_OUTPUT_BYTES = 8 * MIB  # report lines for thousands of tests; a flood only hides its own passes
 BUILD_OUTPUT_BYTES = 64 * 1024
 
@@ -42,6 +50,9 @@ class Verification:
     timed_out: bool = False  # the build or the tests ran past the task's timeout and were killed
     harness_exit: int | None = None  # None when the harness never ran or was killed at the timeout
     log: str = ""  # the tail of what the build or harness printed, for people
+    expected: tuple[str, ...] = ()  # the test ids graded (parametrized instances from the trusted collection)
+    reported: tuple[str, ...] = ()  # the ids the harness reported on, in order
+    complete: bool = False  # the harness wrote its completion marker
 
     def to_json(self) -> dict[str, Any]:
         result = {
@@ -71,15 +82,51 @@ def verify(
         copy_workspace(workspace, staged)
         sandbox = backend.create(spec)
         try:
-            return _grade_in(sandbox, backend, task, staged, nonce(), started)
+            return _grade_in(sandbox, backend, task, staged, nonce, started)
         finally:
             backend.destroy(sandbox)
 
 
+_collected: dict[tuple[str, str], tuple[str, ...]] = {}
+_collected_lock = threading.Lock()
+
+
+def expected_ids(
+    task: Task, sandbox: Sandbox, backend: SandboxBackend, inputs: str, nonce: Callable[[], str]
+) -> tuple[str, ...]:
+    """The task's test instances, from a trusted collection of its original repo/ (once per version)."""
+    key = (task.id, task.version)
+    with _collected_lock:
+        cached = _collected.get(key)
+    if cached is not None:
+        return cached
+    tag = nonce()
+    run = backend.exec(
+        sandbox,
+        ["python3", "-I", f"{inputs}/{LAUNCHER}", "--collect", f"{inputs}/{REPO_INPUT}"],
+        limits=ExecLimits(timeout_s=task.spec.timeout_s, output_bytes=HARNESS_OUTPUT_BYTES),
+        stdin=f"{tag}\n".encode(),
+    )
+    found = parse_harness_output(run.stdout, tag)
+    # A collection that failed (repo/ does not import as shipped, or hangs) keeps the static ids, and is
+    # not retried: the same repo fails the same way, and a hang would cost every grade its timeout.
+    ids = expand_instances(task.test_ids, found.items if found.complete else ())
+    with _collected_lock:
+        _collected[key] = ids
+    return ids
+
+
 def _grade_in(
-    sandbox: Sandbox, backend: SandboxBackend, task: Task, staged: Path, nonce: str, started: float
+    sandbox: Sandbox,
+    backend: SandboxBackend,
+    task: Task,
+    staged: Path,
+    nonce: Callable[[], str],
+    started: float,
 ) -> Verification:
-    backend.write_files(sandbox, dict(_files_under(staged)))
+    inputs = backend.write_inputs(sandbox, dict(_inputs(task)))
+    expected = expected_ids(task, sandbox, backend, inputs, nonce)
+    backend.write_files(sandbox, dict(files_under(staged)))
     if task.spec.build_command is not None:
         build = backend.exec(
             sandbox,
@@ -87,46 +134,50 @@ def _grade_in(
             limits=ExecLimits(timeout_s=task.spec.timeout_s, output_bytes=BUILD_OUTPUT_BYTES),
         )
         if build.exit_code != 0 or build.timed_out:
-            graded = grade(expected=task.test_ids, reports=(), build_ok=False)
+            graded = grade(expected=expected, reports=(), build_ok=False)
             log = build.stderr[-2000:]
-            return Verification(graded, _since(started), build.timed_out, build.exit_code, log)
-    inputs = backend.write_inputs(sandbox, dict(_harness_files(task)))
+            return Verification(
+                graded, _since(started), build.timed_out, build.exit_code, log, expected=expected
+            )
+    tag = nonce()
     run = backend.exec(
         sandbox,
         ["python3", "-I", f"{inputs}/{LAUNCHER}", backend.workspace_path],
         limits=ExecLimits(timeout_s=task.spec.timeout_s, output_bytes=HARNESS_OUTPUT_BYTES),
-        stdin=f"{nonce}\n".encode(),
+        stdin=f"{tag}\n".encode(),
     )
-    reports = parse_report(_tagged_lines(run.stdout, nonce))
+    output = parse_harness_output(run.stdout, tag)
+    graded = grade_run(expected, output, timed_out=run.timed_out)
     exit_code = None if run.timed_out else run.exit_code
-    graded = grade(expected=task.test_ids, reports=reports)
-    return Verification(graded, _since(started), run.timed_out, exit_code, run.stderr[-2000:])
-
-
-def _tagged_lines(stdout: str, nonce: str) -> str:
-    """Only the harness's own report lines: those carrying this run's nonce.
-
-    pytest's progress output shares the stream and has no newline of its own, so a tag may be preceded
-    by it on the same line; what follows the tag is the report.
-    """
-    prefix = f"TRIALOG-REPORT {nonce} "
-    return "\n".join(
-        line[line.index(prefix) + len(prefix) :] for line in stdout.splitlines() if prefix in line
+    return Verification(
+        graded,
+        _since(started),
+        run.timed_out,
+        exit_code,
+        run.stderr[-2000:],
+        expected=expected,
+        reported=output.reported,
+        complete=output.complete and not run.timed_out,
     )
 
 
-def _harness_files(task: Task) -> Iterator[tuple[str, bytes]]:
-    yield LAUNCHER, (HARNESS_DIR / LAUNCHER).read_bytes()
-    # An empty configuration of our own: nothing in the workspace decides how tests are collected.
-    yield "pytest.ini", b"[pytest]\n"
-    for path, data in _files_under(task.tests_dir):
-        yield f"tests/{path}", data
+def grade_run(expected: tuple[str, ...], output: HarnessOutput, *, timed_out: bool) -> Grade:
+    """The grade of one harness run (pure): incomplete runs fail what they did not report passing."""
+    complete = output.complete and not timed_out
+    graded = grade(
+        expected=expected, reports=output.reports, tamper_signals=output.signals, complete=complete
+    )
+    if complete or graded.detail:
+        return graded
+    why = "timed out" if timed_out else "ended without its completion marker"
+    detail = f"the test run {why}: every test it did not report passing counts as failed"
+    return dataclasses.replace(graded, detail=detail)
 
 
-def _files_under(root: Path) -> Iterator[tuple[str, bytes]]:
-    for path in sorted(root.rglob("*")):
-        if path.is_file() and not path.is_symlink() and "__pycache__" not in path.parts:
-            yield path.relative_to(root).as_posix(), path.read_bytes()
+def _inputs(task: Task) -> Iterator[tuple[str, bytes]]:
+    yield from harness_files(task.tests_dir)
+    for path, data in files_under(task.repo_dir):
+        yield f"{REPO_INPUT}/{path}", data
 
 
 def _since(started: float) -> float:
@@ -153,6 +204,7 @@ def print_human(result: Verification) -> str:
     lines = [f"verdict {g.verdict.value}  reward {g.reward:+.3f}  passed {g.passed}/{g.total}"]
     lines += [f"  failed: {test}" for test in g.failed_tests]
     lines += [f"  tampered: {to_wire(path)}" for path in g.tampered_paths]  # printable, any bytes
+    lines += [f"  tamper signal: {signal}" for signal in g.tamper_signals]
     if g.detail:
         lines.append(f"  detail: {g.detail}")
     lines.append(f"  in {result.duration_s:.2f} s")

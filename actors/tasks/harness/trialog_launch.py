@@ -1,74 +1,507 @@
-"""The grading harness's entry point, run inside the sandbox as `python3 -I trialog_launch.py`.
+"""The grading harness's entry point, run inside the sandbox as `python3 -I trialog_launch.py WORKSPACE`.
 
-It imports nothing from trialog (only pytest is installed where it runs) and prepares, before any code
-under test can run, everything that code could otherwise influence:
+It imports nothing from trialog (only pytest is installed where it runs). The code under test runs in this
+same process, so everything here is about making what decides pass/fail unreachable or tamper-evident
+(docs/grading.md has the overview, the attack table and the cost):
 
-* `-I` (isolated mode): PYTHON* variables, the user site and the script's folder are ignored, so a
-  workspace sitecustomize/usercustomize or .pth file is never loaded (site runs before the workspace is
-  on the path, and the workspace is never a site folder);
-* the workspace goes at the END of sys.path: a `pytest` package or a module named like the standard
-  library in the workspace cannot shadow the real ones;
-* bytecode is read from and written to a private cache only, so a planted `__pycache__/*.pyc` is ignored;
-* pytest runs with our empty config, our rootdir, no conftest.py, no plugin autoload and no cache;
-* the report goes to a duplicate of the original stdout, each line tagged with a nonce read from stdin,
-  so output printed by the code under test can neither forge nor hide a result without that nonce.
+* isolation of start-up (as before): `-I`, the workspace LAST on sys.path, bytecode only from a private
+  cache, pytest with our empty config, our rootdir, `--noconftest`, no plugin autoload, no cacheprovider;
+* the process is made non-dumpable (prctl PR_SET_DUMPABLE 0) before anything else runs, so the kernel
+  refuses /proc/<pid>/mem and ptrace to every process of the sandbox's user, children included;
+* a PEP 578 audit hook is installed FIRST (before pytest or any workspace module is imported). It is the
+  only holder of the nonce and of the report file descriptor: both live in its closure, and an audit hook
+  cannot be reached from Python objects (no module, frame or attribute refers to it after `_install`
+  returns; `gc.get_objects`/`get_referrers` are refused). Report lines are written BY the hook, when the
+  harness's pytest plugin raises the `trialog.report` event. The hook writes a line only if every frame on
+  the stack is trusted code (by identity: code objects of the framework modules loaded before collection,
+  run with their own module globals) and the framework is unchanged (the integrity check below). A forged
+  call of the plugin or of `sys.audit("trialog.report", ...)` from workspace code therefore writes a tamper
+  signal, never a pass;
+* the hook refuses (raises in the caller) and records as a tamper signal, when the first non-stdlib caller
+  is not framework code: frame walks (`sys._getframe`, `sys._current_frames`, `tb_frame`, `gi_frame`,
+  `cr_frame`, `ag_frame`), `sys.settrace`/`setprofile`, `gc.get_objects/get_referrers/get_referents`,
+  `object.__setattr__`/`__delattr__` events (a function's `__code__`), opening /proc/<pid or self>/...,
+  compiling code that claims a framework or stdlib file name; always: `sys.addaudithook`, every `ctypes.*`
+  event, importing ctypes, loading an extension module from outside the interpreter's own folders. Honest
+  stdlib uses (namedtuple, typing, enum, logging, `traceback.format_exc`) pass because the stdlib function
+  the untrusted code called is not one that hands frames back (`inspect.stack`, `currentframe`,
+  `traceback.walk_stack/walk_tb`, ...);
+* framework integrity: when collection starts (before any test module or workspace module is imported) the
+  hook snapshots, by identity, every attribute of every module loaded so far (pytest, _pytest.*, pluggy,
+  iniconfig, the stdlib modules already imported, builtins, this harness) and every entry of their
+  classes' `__dict__`, the plugin manager's hook implementations, and after collection each item's test
+  function. It re-checks before each report line and before the completion marker; any difference is a
+  tamper signal with its evidence ("_pytest.python.Function.runtest replaced");
+* `TRIALOG-DONE <nonce> <exit>` is written only after pytest returned and the final check ran: a run
+  without it (os._exit, a hang killed at the timeout, a KeyboardInterrupt) is incomplete, and the
+  verifier counts every test it did not see pass as failed.
+
+Output lines (on a duplicate of the original stdout, each after a newline):
+    TRIALOG-REPORT <nonce> <when> <outcome> <node id, unicode_escape'd>
+    TRIALOG-ITEM <nonce> <node id>               (collect mode: the trusted collection of repo/)
+    TRIALOG-SIGNAL <nonce> <evidence>
+    TRIALOG-DONE <nonce> <exit code>
+
+What remains possible, and why (CPython cannot isolate code sharing one interpreter):
+* frames reached without an audit event: a frame pytest itself hands out (e.g. a `pytest.ExceptionInfo`'s
+  traceback entries), then `f_back`/`f_locals`, which raise no event in 3.11. They expose the harness's
+  objects, not the nonce (which is in no frame); changes made through them to guarded objects are caught
+  by the integrity check, changes to unguarded state (a new meta_path finder, a stdlib module first
+  imported after collection began, an instance attribute of some pytest object we do not snapshot) are not;
+* function `__closure__`/`__globals__`/cell contents raise no event: any closure reachable from a Python
+  object is readable; that is why the secret is held by the hook only;
+* a stdlib wrapper we did not list as frame-returning (the list is in `_LEAKY`); code with a forged
+  framework file name made through a stdlib function (`codeop`, importlib's `_call_with_frames_removed`,
+  `marshal`; only a direct `compile`/`CodeType` call by untrusted code is refused), which would then pass
+  the file-name test of the refusals (never the identity test of the report path); a native extension
+  built and loaded from an allowed folder;
+* anything the test itself trusts: a workspace that returns values which satisfy the assertions is, to
+  this harness, a solution (the always-true `__eq__` is handled by `trialog_guard`, see there).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
+from typing import Any
 
 HARNESS = os.path.dirname(os.path.abspath(__file__))
+PYCACHE = "/tmp/.trialog-pycache"  # private: a __pycache__ planted in the workspace is never read
+
+# stdlib functions that return frames (or tracebacks' frames) to their caller: called by untrusted code,
+# the frame access inside them is refused. Others (namedtuple, typing, logging, format_exc) keep theirs.
+_LEAKY = frozenset(
+    {
+        "currentframe", "stack", "trace", "getouterframes", "getinnerframes", "walk_stack", "walk_tb",
+        "_getframe", "getframeinfo", "<lambda>", "__next__", "_current_frames",
+    }
+)  # fmt: skip
+_FRAME_ATTRS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back", "tb_next"})
+_GUARDED_EVENTS = frozenset(
+    {
+        "sys._getframe", "sys._current_frames", "sys.settrace", "sys.setprofile", "gc.get_objects",
+        "gc.get_referrers", "gc.get_referents", "object.__getattr__", "object.__setattr__",
+        "object.__delattr__", "open", "compile", "code.__new__", "import", "sys.addaudithook",
+        "os.chdir", "trialog.report", "trialog.item", "trialog.snapshot", "trialog.collected",
+        "trialog.tamper", "trialog.final", "trialog.done",
+    }
+)  # fmt: skip
+# Module attributes that the framework itself rebinds while tests run (catch_warnings, capture, logging).
+_VOLATILE = frozenset(
+    {
+        ("warnings", "filters"), ("warnings", "showwarning"), ("warnings", "_showwarnmsg_impl"),
+        ("warnings", "_filters_mutated"), ("warnings", "_onceregistry"), ("warnings", "defaultaction"),
+        ("logging", "root"), ("logging", "_lock"), ("_pytest.assertion.util", "_reprcompare"),
+        ("_pytest.assertion.util", "_assertion_pass"), ("_pytest.assertion.util", "_config"),
+    }
+)  # fmt: skip
 
 
-def _prepare(workspace: str) -> tuple[int, str]:
+def _make_dumpless() -> None:
+    # Before the hook: ctypes is refused afterwards. The modules are then dropped, so `import ctypes`
+    # by the code under test goes through the import machinery (and its refused event) again.
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+    except (ImportError, OSError, AttributeError):
+        pass
+    for name in [m for m in sys.modules if m in ("ctypes", "_ctypes") or m.startswith("ctypes.")]:
+        del sys.modules[name]
+
+
+def _install(workspace: str, tests_dir: str, callers: dict[str, tuple[Any, ...]]) -> None:
+    """Install the audit hook; it alone keeps the nonce and the report descriptor (see the module doc)."""
+    import importlib.util
+    import sysconfig
+    import threading
+    import types
+
     nonce = sys.stdin.readline().strip()
-    report_fd = os.dup(1)
-    sys.dont_write_bytecode = True
-    sys.pycache_prefix = f"/tmp/.pycache-{nonce[:12]}"
-    sys.path = [HARNESS, *(p for p in sys.path if p and p != workspace), workspace]
-    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-    os.chdir(workspace)
-    return report_fd, nonce
+    fd = os.dup(1)
+    write, getframe, getpid, getcwd = os.write, sys._getframe, os.getpid, os.getcwd
+    realpath, join, get_ident = os.path.realpath, os.path.join, threading.get_ident
+    function_type, code_type, module_type, type_type = (
+        types.FunctionType, types.CodeType, types.ModuleType, type,
+    )  # fmt: skip
+    str_type, int_type, tuple_type, frozen = str, int, tuple, frozenset
+    pid = str(getpid())
+    main_thread = get_ident()
+    reported: set[tuple[str, str]] = set()
+    modules = sys.modules
+
+    def _dir(origin: str | None) -> str:
+        return os.path.dirname(origin) + os.sep if origin else "\0"
+
+    stdlib = tuple({sysconfig.get_paths()["stdlib"] + os.sep, sysconfig.get_paths()["platstdlib"] + os.sep})
+    framework = (
+        *(
+            _dir(spec.origin if spec else None)
+            for spec in (importlib.util.find_spec(m) for m in ("pytest", "_pytest", "pluggy", "iniconfig"))
+        ),
+        join(HARNESS, "trialog_launch.py"),
+        join(HARNESS, "trialog_guard.py"),
+    )
+    interpreter_dirs = (*stdlib, *framework, sys.base_prefix + os.sep, sys.prefix + os.sep)
+    busy: set[int] = set()
+    signals: list[str] = []
+    state: dict[str, Any] = {}  # baseline; only the hook and its helpers see this dict
+    trusted_codes: set[int] = set()
+    trusted_globals: set[int] = set()
+    keep: list[object] = []  # keeps the objects whose ids are in the sets above alive
+
+    def emit(kind: str, text: str) -> None:
+        safe = text.encode("unicode_escape").replace(b"\n", b"\\n")
+        write(fd, b"\n" + kind.encode() + b" " + nonce.encode() + b" " + safe + b"\n")
+
+    def signal(evidence: str) -> None:
+        if evidence not in signals:
+            signals.append(evidence)
+            emit("TRIALOG-SIGNAL", evidence)
+
+    def is_stdlib(filename: str) -> bool:
+        return filename.startswith(stdlib) or filename.startswith("<frozen ")
+
+    def untrusted_caller() -> tuple[bool, str]:
+        """(refuse?, where): the first non-stdlib frame above the event decides (see `_LEAKY`)."""
+        frame: Any = getframe(3)  # 0 this, 1 guarded, 2 hook, 3 the code that raised the event
+        adjacent = ""
+        while frame is not None and is_stdlib(frame.f_code.co_filename):
+            adjacent = frame.f_code.co_name
+            frame = frame.f_back
+        if frame is None:
+            return False, ""
+        filename = frame.f_code.co_filename
+        if filename.startswith(framework):
+            return False, ""
+        where = f"{filename}:{frame.f_lineno}"
+        return (adjacent == "" or adjacent in _LEAKY), where
+
+    def refuse(evidence: str) -> None:
+        signal(evidence)
+        raise RuntimeError(f"trialog harness: refused {evidence}")
+
+    def stack_is_trusted() -> str:
+        """'' when every frame below the event is trusted code run with its module's globals."""
+        frame: Any = getframe(2)
+        while frame is not None:
+            code = frame.f_code
+            if id(code) not in trusted_codes or id(frame.f_globals) not in trusted_globals:
+                return f"untrusted frame {code.co_name} at {code.co_filename}:{frame.f_lineno}"
+            frame = frame.f_back
+        return ""
+
+    def add_codes(code: Any) -> None:
+        if type(code) is code_type and id(code) not in trusted_codes:
+            trusted_codes.add(id(code))
+            keep.append(code)
+            for const in code.co_consts:
+                add_codes(const)
+
+    def add_function(value: Any) -> None:
+        # No getattr on arbitrary objects: a module attribute may answer any name (pytest.mark does).
+        kind = type(value)
+        if kind in (staticmethod, classmethod):
+            value = value.__func__
+        elif kind is property:
+            value = value.fget
+        if type(value) is function_type:
+            add_codes(value.__code__)
+
+    def take_snapshot() -> None:
+        entries: list[tuple[str, object, str, object]] = []  # (where, mapping, key, value)
+        classes: list[tuple[str, type, Any, frozenset[str]]] = []
+        seen_classes: set[int] = set()
+        frame: Any = getframe(0)
+        while frame is not None:  # the launcher's own module-level code and main()
+            add_codes(frame.f_code)
+            frame = frame.f_back
+        for mod_name, module in list(sys.modules.items()):
+            if type(module) is not module_type:
+                continue
+            namespace = module.__dict__
+            trusted_globals.add(id(namespace))
+            keep.append(module)
+            if mod_name == "sys":
+                continue  # rebinds stdout/modules legitimately; its lists are checked below
+            origin = namespace.get("__file__")
+            # The framework's data too; of the stdlib, the behaviour (functions, classes, descriptors):
+            # its data attributes change as honest code uses it (weakref.finalize._dirty, logging flags).
+            strict = mod_name in ("builtins", "__main__") or (
+                type(origin) is str_type and origin.startswith(framework)
+            )
+            for key, value in list(namespace.items()):
+                if (mod_name, key) in _VOLATILE or not (strict or behaviour(value)):
+                    continue
+                entries.append((mod_name, namespace, key, value))
+                add_function(value)
+                if isinstance(value, type_type) and id(value) not in seen_classes:
+                    seen_classes.add(id(value))
+                    proxy = value.__dict__
+                    where = f"{value.__module__}.{value.__qualname__}"
+                    classes.append((where, value, proxy, frozen(proxy)))
+                    for attr, member in list(proxy.items()):
+                        if strict or behaviour(member):
+                            entries.append((where, proxy, attr, member))
+                        add_function(member)
+        state["guard"] = modules.get("trialog_guard")
+        state["entries"] = entries
+        state["classes"] = classes
+        state["lists"] = [(name, lst, tuple_type(lst)) for name, lst in
+                          (("sys.meta_path", sys.meta_path), ("sys.path_hooks", sys.path_hooks))]  # fmt: skip
+
+    def snapshot_plugins(pluginmanager: object) -> None:
+        hooks = pluginmanager.hook.__dict__  # type: ignore[attr-defined]
+        # get_hookimpls: the public accessor (pluggy 1.0 keeps wrappers and the others in two lists).
+        state["hookimpls"] = [
+            (name, caller.get_hookimpls, tuple_type(caller.get_hookimpls()))
+            for name, caller in list(hooks.items())
+            if hasattr(caller, "get_hookimpls")
+        ]
+
+    def snapshot_items(session: object) -> None:
+        items: dict[str, tuple[object, object, object, frozenset[str]]] = {}
+        for item in session.items:  # type: ignore[attr-defined]
+            nodeid = item.nodeid
+            if type(nodeid) is str_type:
+                items[nodeid] = (item, type(item), item.__dict__.get("_obj"), frozen(item.__dict__))
+        state["items"] = items
+        state["test_modules"] = [
+            (name, module.__dict__)
+            for name, module in list(sys.modules.items())
+            if type(getattr(module, "__file__", None)) is str_type
+            and str(module.__file__).startswith(tests_dir)
+        ]
+
+    def check(nodeid: str | None) -> None:
+        for where, mapping, key, value in state.get("entries", ()):
+            if mapping.get(key, state) is not value:
+                signal(f"{where}.{key} replaced")
+        for where, cls, proxy, keys in state.get("classes", ()):
+            if len(proxy) != len(keys):
+                for key in [k for k in proxy if k not in keys]:
+                    if any(overridable(vars(base).get(key)) for base in cls.__mro__[1:]):
+                        signal(f"{where}.{key} added, overriding a base class's")
+        for where, lst, items in state.get("lists", ()):
+            if any(not any(x is y for y in lst) for x in items):
+                signal(f"{where} entry removed")
+        for name, get_hookimpls, impls in state.get("hookimpls", ()):
+            now = get_hookimpls()
+            if len(now) != len(impls) or any(a is not b for a, b in zip(now, impls, strict=False)):
+                signal(f"pytest hook {name} implementations changed")
+        if modules.get("trialog_guard") is not state.get("guard"):
+            signal("sys.modules['trialog_guard'] replaced")
+        for name, namespace in state.get("test_modules", ()):
+            if "__import__" in namespace:
+                signal(f"{name}.__import__ shadows the builtin the rewritten asserts use")
+        if nodeid is not None:
+            saved = state.get("items", {}).get(nodeid)
+            if saved is not None:
+                item, cls, obj, keys = saved
+                if type(item) is not cls or item.__dict__.get("_obj") is not obj:
+                    signal(f"test item {nodeid} changed its test function or class")
+                shadow = [
+                    k
+                    for k in item.__dict__
+                    if k not in keys and any(overridable(vars(c).get(k)) for c in cls.__mro__)
+                ]
+                if shadow:
+                    signal(f"test item {nodeid} attribute {shadow[0]} overridden")
+
+    def behaviour(value: object) -> bool:
+        return callable(value) or type(value) in (staticmethod, classmethod, property, module_type)
+
+    def overridable(member: object) -> bool:
+        """A class member an instance (or subclass) attribute of the same name would replace."""
+        return type(member) in (function_type, staticmethod, classmethod)
+
+    def own_event(event: str, args: tuple[object, ...]) -> None:
+        if event == "trialog.tamper":
+            signal(str_type(args[0]) if type(args[0]) is str_type else "tamper event")
+            return
+        problem = stack_is_trusted() if state.get("entries") is not None else ""
+        # Only from the harness's own call site, on the main thread: a trusted function (sys.audit itself,
+        # the plugin's method, a hook caller) run as a thread target, finalizer or atexit callback would
+        # otherwise bring a trusted-looking stack.
+        caller: Any = getframe(3)
+        if get_ident() != main_thread:
+            problem = f"another thread ({caller.f_code.co_name})"
+        elif caller.f_code not in callers.get(event, ()):
+            problem = problem or f"an unexpected caller {caller.f_code.co_name}"
+        elif event == "trialog.report" and caller.f_back.f_code.co_name != "_multicall":
+            problem = problem or f"a report not delivered by pluggy ({caller.f_back.f_code.co_name})"
+        if event == "trialog.snapshot" and "entries" not in state:
+            take_snapshot()
+            snapshot_plugins(args[0])
+            return
+        if problem:
+            signal(f"{event} from {problem}")
+            return
+        if event == "trialog.collected":
+            snapshot_items(args[0])
+        elif event == "trialog.item" and type(args[0]) is str_type:
+            emit("TRIALOG-ITEM", args[0])
+        elif event == "trialog.report" and all(type(a) is str_type for a in args):
+            nodeid, when, outcome = args
+            if (nodeid, when) in reported:  # a forged report beside (or before) the real one
+                signal(f"a second {when} report for {nodeid}")
+                return
+            reported.add((nodeid, when))  # type: ignore[arg-type]
+            check(nodeid)  # type: ignore[arg-type]
+            emit("TRIALOG-REPORT", f"{when} {outcome} {nodeid}")
+        elif event == "trialog.final":
+            check(None)  # the session is over; plugins' clean-up (unconfigure) restores what they patched
+            state["final"] = True
+        elif event == "trialog.done" and type(args[0]) is int_type and state.get("final"):
+            emit("TRIALOG-DONE", str_type(args[0]))
+
+    def guarded(event: str, args: tuple[object, ...]) -> None:
+        if event.startswith("trialog."):
+            own_event(event, args)
+            return
+        if event == "sys.addaudithook":
+            refuse("sys.addaudithook")
+        if event == "import":
+            name, filename = args[0], args[1] if len(args) > 1 else None
+            if name in ("ctypes", "_ctypes") or (type(name) is str_type and name.startswith("ctypes.")):
+                refuse(f"import {name}")
+            if (
+                type(filename) is str_type
+                and str(filename).endswith((".so", ".pyd"))
+                and not realpath(str(filename)).startswith(interpreter_dirs)
+            ):
+                refuse(f"loading the extension module {filename}")
+            return
+        if event == "object.__getattr__" and args[1] not in _FRAME_ATTRS:
+            return
+        if event in ("open", "os.chdir"):
+            path = args[0]
+            if type(path) is bytes:
+                path = path.decode("utf-8", "replace")
+            if type(path) is not str_type:
+                return
+            if path.startswith(interpreter_dirs) or path.startswith(PYCACHE):
+                return  # the interpreter's own files (root-owned folders: no link planted there)
+            resolved = realpath(join(getcwd(), path))
+            parts = resolved.split("/")
+            if not (len(parts) > 2 and parts[1] == "proc" and (parts[2] in ("self", "thread-self", pid)
+                                                               or parts[-1] == "mem")):  # fmt: skip
+                return
+            refused, where = untrusted_caller()
+            if refused or where:
+                refuse(f"{event} {resolved} at {where}")
+            return
+        if event in ("compile", "code.__new__"):
+            filename = args[1]  # compile(source, filename), code.__new__(code, filename, ...)
+            if type(filename) is bytes:
+                filename = filename.decode("utf-8", "replace")
+            if type(filename) is not str_type or not filename.startswith((*stdlib, *framework)):
+                return
+            caller: Any = getframe(2)  # 0 guarded, 1 hook, 2 the code compiling
+            if is_stdlib(caller.f_code.co_filename) or caller.f_code.co_filename.startswith(framework):
+                return  # the import system compiling a source file, asyncio's code.replace, ...
+            refuse(f"{event} claiming {filename} at {caller.f_code.co_filename}:{caller.f_lineno}")
+            return
+        refused, where = untrusted_caller()
+        if refused:
+            detail = f" {args[1]}" if event.startswith("object.") and type(args[1]) is str_type else ""
+            refuse(f"{event}{detail} at {where}")
+
+    def hook(event: str, args: tuple[object, ...]) -> None:
+        if event not in _GUARDED_EVENTS:
+            if event.startswith("ctypes."):
+                refuse(event)
+            return
+        me = get_ident()
+        if me in busy:
+            return  # an event raised by the hook itself (its own frame walk)
+        busy.add(me)
+        try:
+            guarded(event, args)
+        finally:
+            busy.discard(me)
+
+    sys.addaudithook(hook)
 
 
 class _Reporter:
-    """A pytest plugin object: one nonce-tagged JSON line per reported phase, on the saved stdout."""
+    """The harness's pytest plugin: it raises the audit events the hook turns into report lines.
 
-    def __init__(self, fd: int, nonce: str) -> None:
-        self._fd = fd
-        self._nonce = nonce
+    It holds no secret and writes nothing itself: calling it from workspace code only makes the hook see
+    an untrusted frame on the stack.
+    """
 
-    def _write(self, test_id: str, when: str, outcome: str) -> None:
-        line = json.dumps({"id": test_id, "when": when, "outcome": outcome})
-        # A leading newline: pytest's progress dots on the same stream end no line of their own.
-        os.write(self._fd, f"\nTRIALOG-REPORT {self._nonce} {line}\n".encode())
+    def __init__(self, collect_only: bool) -> None:
+        self._collect_only = collect_only
 
-    def pytest_runtest_logreport(self, report: object) -> None:
+    @staticmethod
+    def pytest_collection(session: object, _audit: object = sys.audit) -> None:
+        # Marked tryfirst in main(): after every plugin configured, before any test module (or workspace
+        # module) is imported.
+        _audit("trialog.snapshot", session.config.pluginmanager)  # type: ignore[attr-defined, operator]
+
+    def pytest_collection_finish(self, session: object, _audit: object = sys.audit) -> None:
+        _audit("trialog.collected", session)  # type: ignore[operator]
+        if self._collect_only:
+            for item in session.items:  # type: ignore[attr-defined]
+                _audit("trialog.item", str(item.nodeid))  # type: ignore[operator]
+
+    @staticmethod
+    def pytest_sessionfinish(session: object, _audit: object = sys.audit) -> None:
+        # Marked trylast in main(): every report is written; unconfigure has not restored anything yet.
+        _audit("trialog.final")  # type: ignore[operator]
+
+    @staticmethod
+    def pytest_runtest_logreport(report: object, _audit: object = sys.audit) -> None:
         # An xfail is reported as skipped, an xpass as passed with `wasxfail`: neither is a real pass.
         outcome = "skipped" if hasattr(report, "wasxfail") else str(getattr(report, "outcome", ""))
-        self._write(str(getattr(report, "nodeid", "")), str(getattr(report, "when", "")), outcome)
+        nodeid, when = str(getattr(report, "nodeid", "")), str(getattr(report, "when", ""))
+        _audit("trialog.report", nodeid, when, outcome)  # type: ignore[operator]
 
-    def pytest_collectreport(self, report: object) -> None:
+    @staticmethod
+    def pytest_collectreport(report: object, _audit: object = sys.audit) -> None:
         if getattr(report, "outcome", "") != "passed":
-            self._write(str(getattr(report, "nodeid", "")), "collect", str(getattr(report, "outcome", "")))
+            nodeid, outcome = str(getattr(report, "nodeid", "")), str(getattr(report, "outcome", ""))
+            _audit("trialog.report", nodeid, "collect", outcome)  # type: ignore[operator]
 
 
 def main() -> int:
-    workspace = sys.argv[1]
-    report_fd, nonce = _prepare(workspace)
-    import pytest  # only now: the path is ours
+    collect_only = sys.argv[1] == "--collect"
+    workspace = sys.argv[-1]
+    _make_dumpless()
+    sys.dont_write_bytecode = True
+    sys.path = [HARNESS, *(p for p in sys.path if p and p != workspace), workspace]
+    callers = {
+        "trialog.snapshot": (_Reporter.pytest_collection.__code__,),
+        "trialog.collected": (_Reporter.pytest_collection_finish.__code__,),
+        "trialog.item": (_Reporter.pytest_collection_finish.__code__,),
+        "trialog.report": (
+            _Reporter.pytest_runtest_logreport.__code__,
+            _Reporter.pytest_collectreport.__code__,
+        ),
+        "trialog.final": (_Reporter.pytest_sessionfinish.__code__,),
+        "trialog.done": (main.__code__,),
+    }
+    _install(workspace, os.path.join(HARNESS, "tests") + os.sep, callers)
+    sys.pycache_prefix = PYCACHE
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    os.chdir(workspace)
+    # Imported by test modules (see trialog_guard); loaded now so that it is in the framework snapshot.
+    import pytest  # only now: the path is ours, and the hook is in place
+    import trialog_guard  # type: ignore[import-not-found]  # noqa: F401
 
     args = [
         "-q", "-p", "no:cacheprovider", "--noconftest", "--continue-on-collection-errors",
         "--rootdir", HARNESS, "-c", os.path.join(HARNESS, "pytest.ini"),
         "--confcutdir", HARNESS, os.path.join(HARNESS, "tests"),
     ]  # fmt: skip
-    code = pytest.main(args, plugins=[_Reporter(report_fd, nonce)])
-    os.write(report_fd, f"TRIALOG-DONE {nonce} {int(code)}\n".encode())
-    return int(code)
+    if collect_only:
+        args.insert(0, "--collect-only")
+    pytest.hookimpl(tryfirst=True)(_Reporter.pytest_collection)
+    pytest.hookimpl(trylast=True)(_Reporter.pytest_sessionfinish)
+    code = int(pytest.main(args, plugins=[_Reporter(collect_only)]))
+    sys.audit("trialog.done", code)
+    return code
 
 
 if __name__ == "__main__":

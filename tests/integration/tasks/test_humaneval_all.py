@@ -19,9 +19,10 @@ from tests.unit.tasks.helpers import humaneval_wheel_path
 def _verdicts(task: Task, scratch: Path) -> tuple[Verdict, Verdict]:
     stub = run_tests(task, task.copy_repo(scratch / f"{task.id}-stub"))
     solved = run_tests(task, task.copy_repo(scratch / f"{task.id}-solved", solved=True))
+    # With the harness's tamper signals: a canonical solution the harness mistook for tampering would show.
     return (
-        grade(expected=task.test_ids, reports=stub.reports).verdict,
-        grade(expected=task.test_ids, reports=solved.reports).verdict,
+        grade(expected=task.test_ids, reports=stub.reports, tamper_signals=stub.harness.signals).verdict,
+        grade(expected=task.test_ids, reports=solved.reports, tamper_signals=solved.harness.signals).verdict,
     )
 
 
