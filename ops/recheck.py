@@ -14,7 +14,6 @@ The comparison is pure (`compare`); grading goes through the `Grader` and `TaskS
 from __future__ import annotations
 
 import math
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -24,6 +23,7 @@ from actors.tasks.spec import Task
 from actors.verifier.grading import Grader
 from actors.verifier.tasks import TaskSource, TaskUnavailable
 from ops.runlog import EpisodeLog, LoggedRun
+from sandbox_agent.scratch import owned_temp_dir
 from schemas.blobs import ObjectStore
 from schemas.trajectories import TrajectoryCompleted
 
@@ -236,7 +236,7 @@ def recheck_in_sandboxes(
     store = OverlayStore(objects)
     todo = len(completed_episodes(run))
     with (
-        tempfile.TemporaryDirectory(prefix="trialog-recheck-") as scratch,
+        owned_temp_dir(prefix="trialog-recheck-") as scratch,
         audit_backend(store) as backend,
         ProgressBar(todo, "recheck", quiet=quiet) as bar,
     ):

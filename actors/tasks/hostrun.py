@@ -14,7 +14,6 @@ import secrets
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +23,7 @@ from actors.tasks.report import HarnessOutput, parse_harness_output
 from actors.tasks.reward import Grade, Outcome, grade
 from actors.tasks.spec import Task
 from actors.tasks.tamper import compare_trees
+from sandbox_agent.scratch import owned_temp_dir
 
 OUTPUT_LIMIT = 20_000
 
@@ -41,7 +41,7 @@ def run_tests(
     task: Task, workspace: Path, *, timeout_s: float | None = None, python: str = sys.executable
 ) -> HostRun:
     """Run the frozen tests of `task` against the folder `workspace` in a subprocess."""
-    with tempfile.TemporaryDirectory(prefix="trialog-hostrun-") as scratch:
+    with owned_temp_dir(prefix="trialog-hostrun-") as scratch:
         harness = Path(scratch) / "harness"
         for path, data in harness_files(task.tests_dir):
             (harness / path).parent.mkdir(parents=True, exist_ok=True)

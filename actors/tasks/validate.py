@@ -14,7 +14,6 @@ repo/; they are listed in the JSON report.
 
 from __future__ import annotations
 
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +25,7 @@ from typing import Any
 from actors.tasks.reward import Verdict, expected_id
 from actors.tasks.spec import Task, TaskError, load_task
 from actors.tasks.verify import Verification
+from sandbox_agent.scratch import owned_temp_dir
 
 
 class Admission(StrEnum):
@@ -126,7 +126,7 @@ def validate_task(path: Path, verifier: Verifier, runs: int) -> TaskValidation:
 
 def _one_run(task: Task, verifier: Verifier) -> RunOutcome:
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="trialog-validate-") as scratch:
+    with owned_temp_dir(prefix="trialog-validate-") as scratch:
         repo = verifier(task, task.copy_repo(Path(scratch) / "repo"))
         gold = verifier(task, task.copy_repo(Path(scratch) / "gold", solved=True))
     return RunOutcome(

@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import secrets
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -37,6 +36,7 @@ from actors.tasks.testids import expand_instances
 from actors.tasks.workspace import copy_workspace
 from sandbox_agent.backend import Sandbox, SandboxBackend
 from sandbox_agent.limits import MIB, ExecLimits, Quotas, SandboxSpec, parse_size
+from sandbox_agent.scratch import owned_temp_dir
 from schemas.fsnames import to_wire
 
 HARNESS_OUTPUT_BYTES = 8 * MIB  # report lines for thousands of tests; a flood only hides its own passes
@@ -77,7 +77,7 @@ def verify(
         return Verification(
             grade(expected=task.test_ids, reports=(), tampered_paths=tampered), _since(started)
         )
-    with tempfile.TemporaryDirectory(prefix="trialog-verify-") as scratch:
+    with owned_temp_dir(prefix="trialog-verify-") as scratch:
         staged = Path(scratch) / "workspace"
         copy_workspace(workspace, staged)
         sandbox = backend.create(spec)
