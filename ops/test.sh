@@ -13,4 +13,4 @@ timed "mypy (strict)" .venv/bin/python -m mypy
 # The layer and no-cycle contracts of pyproject.toml ([tool.importlinter]).
 timed "import layers (import-linter)" .venv/bin/python -c \
   "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
-timed "pytest" .venv/bin/python -m pytest -m "unit or integration" "$@"
+timed "pytest" .venv/bin/python -m pytest -m "unit or integration" --durations=25 "$@"

@@ -95,3 +95,20 @@ def expand_instances(static_ids: Sequence[str], collected: Sequence[str]) -> tup
     for static_id in static_ids:
         expanded.extend(by_base.get(static_id) or [static_id])
     return tuple(dict.fromkeys(expanded))
+
+
+# What can give a test function several instances: pytest's parametrize mark, a `pytest_generate_tests`
+# hook, and fixtures with `params` (they parametrize every test that uses them, through `metafunc`).
+_INSTANCE_MAKERS = (b"parametrize", b"pytest_generate_tests", b"params", b"metafunc")
+
+
+def may_have_instances(tests_dir: Path) -> bool:
+    """Whether any file under `tests_dir` could make a test parametrized (a conservative scan of the
+    source for the words that do it). When none can, the static ids are the instance ids, and the
+    verifier needs no trusted collection: that saves one pytest start per task version, which for a set of
+    thousands of one-test tasks (HumanEval) is most of the first grading's cost."""
+    return any(
+        any(word in path.read_bytes() for word in _INSTANCE_MAKERS)
+        for path in sorted(tests_dir.rglob("*.py"))
+        if path.is_file() and not path.is_symlink()
+    )

@@ -14,7 +14,10 @@ from tests.integration.sandbox.conftest import TEST_LABELS
 
 
 def containers_of(client: docker.DockerClient, run: str) -> list[str]:
-    return [c.id for c in client.containers.list(all=True, filters={"label": f"dev.trialog.pool-test={run}"})]
+    # The low-level list: `containers.list` inspects each container after listing, and one the pool
+    # removes in between would raise NotFound.
+    found = client.api.containers(all=True, filters={"label": f"dev.trialog.pool-test={run}"})
+    return [str(c["Id"]) for c in found]
 
 
 def test_an_idle_pool_is_closed_and_its_warm_containers_removed(

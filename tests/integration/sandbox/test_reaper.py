@@ -112,7 +112,10 @@ class Run:
 
 
 def sandboxes_of(client: docker.DockerClient, instance: str) -> list[str]:
-    return [c.id for c in client.containers.list(all=True, filters={"label": f"{WORKER_LABEL}={instance}"})]
+    # The low-level list: `containers.list` inspects each one afterwards, and one reaped meanwhile raises.
+    return [
+        str(c["Id"]) for c in client.api.containers(all=True, filters={"label": f"{WORKER_LABEL}={instance}"})
+    ]
 
 
 def killed_scratch_owner(tmp: Path) -> Path:
@@ -242,7 +245,7 @@ def test_a_starting_verifier_removes_the_sandboxes_of_dead_processes_only(
         )
         tagged = {"label": f"dev.trialog.reaper-test={tag}"}
         wait_for(
-            lambda: [c.id for c in docker_client.containers.list(all=True, filters=tagged)] == [kept],
+            lambda: [str(c["Id"]) for c in docker_client.api.containers(all=True, filters=tagged)] == [kept],
             RECLAIMED_WITHIN_S,
             "the killed process's sandbox removed, the live one's kept",
         )

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.tasks.testids import TestFileError, discover_test_ids
+from actors.tasks.testids import TestFileError, discover_test_ids, may_have_instances
 
 from .helpers import write_tree
 
@@ -92,3 +92,23 @@ def test_brackets_in_paths_are_refused(tmp_path: Path) -> None:
     write_tree(tmp_path / "tests", {"test_[x].py": "def test_x():\n    pass\n"})
     with pytest.raises(TestFileError, match="may not contain"):
         discover_test_ids(tmp_path, tmp_path / "tests")
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import pytest\n@pytest.mark.parametrize('n', [1, 2])\ndef test_a(n): pass\n",
+        "from pytest import mark\nP = mark.parametrize\n@P('n', [1])\ndef test_a(n): pass\n",
+        "def pytest_generate_tests(metafunc): metafunc.parametrize('n', [1])\ndef test_a(n): pass\n",
+        "import pytest\n@pytest.fixture(params=[1, 2])\ndef n(request): return request.param\n"
+        "def test_a(n): pass\n",
+    ],
+)
+def test_sources_that_can_parametrize_need_a_collection(tmp_path: Path, source: str) -> None:
+    write_tree(tmp_path, {"tests/test_a.py": "def test_plain(): pass\n", "tests/helpers/more.py": source})
+    assert may_have_instances(tmp_path / "tests")
+
+
+def test_plain_tests_need_no_collection(tmp_path: Path) -> None:
+    write_tree(tmp_path, {"tests/test_a.py": "def test_a():\n    assert 1 + 1 == 2\n"})
+    assert not may_have_instances(tmp_path / "tests")
