@@ -44,6 +44,7 @@ BENCHMARKS = {
     "tracing": "ops.bench.tracing",
     "learner": "ops.bench.learner",
     "learning": "ops.bench.learning",
+    "grading": "ops.bench.grading",
 }
 
 
