@@ -10,7 +10,7 @@ import argparse
 import json
 
 from ops.cli import kit
-from ops.cli.run_log_args import DEFAULT_TIMEOUT_S, kafka_of, objects_of
+from ops.cli.run_log_args import add_log_options, kafka_of, objects_of
 from ops.log_defaults import DEFAULT_GC_GRACE_HOURS, DEFAULT_GC_WINDOW_DAYS
 from streams.errors import StackError
 
@@ -54,15 +54,7 @@ def register(subparsers: kit.Subparsers) -> None:
         metavar="H",
         help="never delete a blob written or reused within H hours (a record naming it may be in flight)",
     )
-    gc.add_argument(
-        "--timeout",
-        type=kit.positive_seconds,
-        default=DEFAULT_TIMEOUT_S,
-        metavar="S",
-        help="give up when Kafka or the next record does not come for S seconds",
-    )
-    kit.add_bootstrap(gc)
-    kit.add_objects(gc, "the object store to clean")
+    add_log_options(gc, objects=True)  # --bootstrap, --timeout, --objects, as every reader of the log
     kit.add_json(gc)
 
 
