@@ -45,7 +45,6 @@ from schemas.blobs import TYPED_FOLDER, BlobIntegrityError, BlobRef, ObjectStore
 from schemas.topics import POLICY_VERSIONS, TASKS, TOPICS
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-_SNAPSHOT_ID = re.compile(r"snap-[0-9a-f]{64}-\d+")
 _BLOB_FIELDS = frozenset({"sha256", "size", "media_type"})
 TEMP_PREFIX = ".tmp-"  # LocalObjectStore's temporary names
 
@@ -66,8 +65,18 @@ def named_in(value: object) -> Iterator[BlobRef | SnapshotId]:
     elif isinstance(value, list | tuple):
         for item in value:
             yield from named_in(item)
-    elif isinstance(value, str) and value.startswith("snap-") and _SNAPSHOT_ID.fullmatch(value):
-        yield SnapshotId.parse(value)
+    elif isinstance(value, str) and value.startswith("snap-"):
+        snapshot_id = _snapshot_id(value)
+        if snapshot_id is not None:
+            yield snapshot_id
+
+
+def _snapshot_id(text: str) -> SnapshotId | None:
+    """`text` as a snapshot id, in SnapshotId's own spelling; None for text that only starts like one."""
+    try:
+        return SnapshotId.parse(text)
+    except ValueError:
+        return None
 
 
 def _is_blob_ref(value: Mapping[str, Any]) -> bool:
