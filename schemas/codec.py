@@ -28,6 +28,8 @@ from typing import Any, TypeVar
 
 from fastavro import schemaless_reader, schemaless_writer
 
+from schemas.alerts import Alert
+from schemas.canaries import CanaryGraded
 from schemas.catalog import SchemaCatalog, SchemaError
 from schemas.commands import AbortEpisode, StartEpisode
 from schemas.deadletter import DeadLetter
@@ -35,6 +37,7 @@ from schemas.events import EPISODE_EVENT_TYPES
 from schemas.publications import PolicyPublished, TaskPublished
 from schemas.record import AvroDict, Record
 from schemas.requests import PolicyRequest, SandboxRequest, VerifyRequest
+from schemas.run_control import CONTROL_TYPES
 from schemas.state import EpisodeState
 from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
 from schemas.upcasters import UPCASTERS, Upcaster, upcast_chain
@@ -287,6 +290,9 @@ DEFAULT_TYPES: tuple[type[Record], ...] = (
     TaskPublished,
     DeadLetter,
     EpisodeState,
+    *CONTROL_TYPES,
+    CanaryGraded,
+    Alert,
 )
 """Every message type, with the schema it is written with."""
 

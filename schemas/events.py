@@ -15,6 +15,7 @@ from schemas.blobs import BlobRef
 from schemas.common import EpisodeConfig, EventMeta, FailureClass, Output, Verdict
 from schemas.fsnames import from_wire_all, to_wire_all
 from schemas.record import AvroDict, from_optional, optional, tagged
+from schemas.versions import GradeVersions
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +143,9 @@ class RewardAssigned:
     report: BlobRef | None = None
     # Evidence lines of tampering seen while the tests ran (since v2; any one grades tampered, -1.0).
     tamper_signals: tuple[str, ...] = ()
+    # The versions that produced the grade (since v3; None: an older verifier named none).
+    versions: GradeVersions | None = None
+    duration_us: int = 0  # grading time (since v3; 0: answered from the verifier's cache, or older)
 
     def to_record(self) -> AvroDict:
         return {
@@ -157,6 +161,8 @@ class RewardAssigned:
             "tamper_signals": to_wire_all(self.tamper_signals),
             "verifier": self.verifier,
             "report": optional(self.report),
+            "versions": optional(self.versions),
+            "duration_us": self.duration_us,
         }
 
     @classmethod
@@ -172,6 +178,8 @@ class RewardAssigned:
             rec["verifier"],
             from_optional(rec["report"], BlobRef.from_record),
             from_wire_all(rec["tamper_signals"]),
+            from_optional(rec["versions"], GradeVersions.from_record),
+            rec["duration_us"],
         )
 
 

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
+from schemas.alerts import Alert
+from schemas.canaries import CanaryGraded
 from schemas.commands import AbortEpisode, StartEpisode
 from schemas.deadletter import DeadLetter
 from schemas.events import (
@@ -30,6 +32,7 @@ from schemas.events import (
 from schemas.publications import PolicyPublished, TaskPublished
 from schemas.record import Record
 from schemas.requests import PolicyRequest, SandboxRequest, VerifyRequest
+from schemas.run_control import CONTROL_TYPES
 from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
 
 
@@ -81,6 +84,14 @@ TRAJECTORIES_COMPLETED = Topic("trajectories.completed", 8, Key.TASK_ID, (Trajec
 TRAJECTORIES_FAILED = Topic("trajectories.failed", 8, Key.EPISODE_ID, (TrajectoryFailed,))
 POLICY_VERSIONS = Topic("policy.versions", 1, Key.NONE, (PolicyPublished,))
 DEADLETTER = Topic("deadletter", 1, Key.NONE, (DeadLetter,))
+# The run's pins and the decisions taken about it (pause, resume, quarantine, clearance): one partition,
+# so every reader folds them in the one order they were decided in.
+RUN_CONTROL = Topic("run.control", 1, Key.NONE, CONTROL_TYPES)
+# Canaries: known workspaces the guard asks the verifiers to grade, beside (never among) the episodes.
+CANARY_REQUESTS = Topic("canary.requests", 2, Key.EPISODE_ID, (VerifyRequest,))
+CANARY_RESULTS = Topic("canary.results", 2, Key.EPISODE_ID, (RewardAssigned,))
+CANARY_GRADES = Topic("canary.grades", 1, Key.NONE, (CanaryGraded,))
+ALERTS = Topic("alerts", 1, Key.NONE, (Alert,))
 
 TOPICS: tuple[Topic, ...] = (
     TASKS,
@@ -96,6 +107,11 @@ TOPICS: tuple[Topic, ...] = (
     TRAJECTORIES_FAILED,
     POLICY_VERSIONS,
     DEADLETTER,
+    RUN_CONTROL,
+    CANARY_REQUESTS,
+    CANARY_RESULTS,
+    CANARY_GRADES,
+    ALERTS,
 )
 """Every topic of a run, in the order they are created."""
 

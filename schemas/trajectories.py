@@ -8,7 +8,8 @@ from typing import Any, ClassVar
 
 from schemas.common import EventMeta, FailureClass, Verdict
 from schemas.events import StepRecord
-from schemas.record import AvroDict
+from schemas.record import AvroDict, from_optional, optional
+from schemas.versions import GradeVersions
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +26,8 @@ class TrajectoryCompleted:
     total: int
     min_policy_version: int
     max_policy_version: int
+    grade_versions: GradeVersions | None = None  # since v3: what graded the reward (None: not named)
+    graded_at_us: int = 0  # since v3: when the reward was graded (0: unknown)
 
     def to_record(self) -> AvroDict:
         return {
@@ -38,6 +41,8 @@ class TrajectoryCompleted:
             "total": self.total,
             "min_policy_version": self.min_policy_version,
             "max_policy_version": self.max_policy_version,
+            "grade_versions": optional(self.grade_versions),
+            "graded_at_us": self.graded_at_us,
         }
 
     @classmethod
@@ -53,6 +58,8 @@ class TrajectoryCompleted:
             rec["total"],
             rec["min_policy_version"],
             rec["max_policy_version"],
+            from_optional(rec["grade_versions"], GradeVersions.from_record),
+            rec["graded_at_us"],
         )
 
 

@@ -18,7 +18,9 @@ from ops.cli.main import build_parser
 from ops.paths import REPO_ROOT
 from ops.process import free_port
 
-# The fail-fast promise of issue 13: a command that needs a missing service answers within this.
+# The fail-fast promise of issue 13: a command that needs a missing service answers within this, beyond
+# what starting the CLI costs on this machine at this moment (`_startup_s`, measured beside it: a loaded
+# CI machine can take seconds just to start Python, which says nothing about waiting for a service).
 FAIL_FAST_S = 5.0
 HEAVY = ("torch", "docker", "kafka", "faust")
 # This session's modules: each must build its parser without a heavy import.
@@ -174,6 +176,13 @@ def _trialog(argv: list[str], env: dict[str, str]) -> tuple[subprocess.Completed
     return done, time.monotonic() - started
 
 
+def _startup_s(env: dict[str, str]) -> float:
+    """What `trialog --version` takes now: the CLI's start, with no service touched."""
+    done, took = _trialog(["--version"], env)
+    assert done.returncode == 0, done.stderr
+    return took
+
+
 @pytest.fixture
 def bare_env(tmp_path: Path) -> dict[str, str]:
     """No stack: an empty TRIALOG_HOME, no Docker engine at DOCKER_HOST, tracing off."""
@@ -203,7 +212,8 @@ def test_a_command_without_kafka_answers_at_once_with_the_fix(
     closed = f"127.0.0.1:{free_port()}"  # free: nothing listens there
     done, took = _trialog([*argv, "--bootstrap", closed, *(["--json"] if has_json else [])], bare_env)
     assert done.returncode == 2, done.stderr
-    assert took < FAIL_FAST_S, f"{took:.1f} s"
+    startup = _startup_s(bare_env)
+    assert took - startup < FAIL_FAST_S, f"{took:.1f} s ({startup:.1f} s to start the CLI)"
     assert "Traceback" not in done.stderr and "trialog up" in done.stderr
     command = " ".join(argv[:2] if argv[0] == "run" else argv[:1])  # the command's name, not its operands
     # One line: what is missing and, in the same line, what to run.
@@ -234,6 +244,7 @@ def test_a_sandbox_or_verifier_worker_without_docker_exits_at_once(
     # Kafka is not needed to fail: the worker would wait for it, but Docker is checked first.
     done, took = _trialog([*argv, "--bootstrap", f"127.0.0.1:{free_port()}"], bare_env)
     assert done.returncode == 2, done.stderr
-    assert took < FAIL_FAST_S, f"{took:.1f} s"
+    startup = _startup_s(bare_env)
+    assert took - startup < FAIL_FAST_S, f"{took:.1f} s ({startup:.1f} s to start the CLI)"
     assert "Traceback" not in done.stderr and "no Docker engine answers" in done.stderr
     assert "trialog up" in done.stderr

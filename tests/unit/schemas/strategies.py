@@ -7,7 +7,9 @@ from typing import Any
 from hypothesis import strategies as st
 
 from schemas.actions import Action, ApplyPatch, RunCommand, SandboxAction, Submit, WriteFile
+from schemas.alerts import Alert, Severity
 from schemas.blobs import BlobRef
+from schemas.canaries import CanaryGraded
 from schemas.commands import AbortEpisode, StartEpisode
 from schemas.common import EpisodeConfig, EventMeta, FailureClass, Output, Producer, RecordMeta, Verdict
 from schemas.deadletter import DeadLetter
@@ -23,8 +25,19 @@ from schemas.events import (
 from schemas.publications import PolicyPublished, TaskPublished
 from schemas.record import Record
 from schemas.requests import PolicyRequest, ResourceLimits, SamplingParams, SandboxRequest, VerifyRequest
+from schemas.run_control import (
+    GraderCleared,
+    GuardSettings,
+    PinnedTask,
+    RunPaused,
+    RunPinned,
+    RunResumed,
+    TrajectoriesQuarantined,
+    VersionChanged,
+)
 from schemas.state import EpisodeState, Phase
 from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
+from schemas.versions import GradeVersions
 
 INT = st.integers(-(2**31), 2**31 - 1)
 LONG = st.integers(-(2**63), 2**63 - 1)
@@ -63,6 +76,7 @@ action_proposed = st.builds(
 step_executed = st.builds(
     StepExecuted, event_metas, INT, outputs, outputs, st.booleans(), LONG, st.booleans()
 )
+grade_versions = st.builds(GradeVersions, TEXT, TEXT, TEXT, TEXT)
 reward_assigned = st.builds(
     RewardAssigned,
     event_metas,
@@ -74,6 +88,9 @@ reward_assigned = st.builds(
     SHORT,
     TEXT,
     st.none() | blob_refs,
+    SHORT,
+    st.none() | grade_versions,
+    LONG,
 )
 episode_completed = st.builds(EpisodeCompleted, event_metas, DOUBLE, st.sampled_from(Verdict), INT, LONG)
 episode_failed = st.builds(EpisodeFailed, event_metas, st.sampled_from(FailureClass), TEXT, st.booleans())
@@ -137,6 +154,8 @@ RECORDS: dict[type[Record], st.SearchStrategy[Any]] = {
         INT,
         LONG,
         LONG,
+        st.none() | grade_versions,
+        LONG,
     ),
     TrajectoryFailed: st.builds(
         TrajectoryFailed,
@@ -176,4 +195,56 @@ RECORDS: dict[type[Record], st.SearchStrategy[Any]] = {
         small(st.tuples(TEXT, st.none() | st.binary(max_size=8))),
     ),
     EpisodeState: states,
+    RunPinned: st.builds(
+        RunPinned,
+        record_metas,
+        TEXT,
+        TEXT,
+        TEXT,
+        TEXT,
+        small(st.builds(PinnedTask, TEXT, HEX64, TEXT)),
+        st.builds(GuardSettings, DOUBLE, DOUBLE, st.booleans(), st.booleans()),
+    ),
+    VersionChanged: st.builds(
+        VersionChanged, record_metas, TEXT, TEXT, TEXT, TEXT, OPT_TEXT, TEXT, producers
+    ),
+    RunPaused: st.builds(RunPaused, record_metas, TEXT, TEXT, OPT_TEXT),
+    RunResumed: st.builds(RunResumed, record_metas, TEXT, TEXT),
+    TrajectoriesQuarantined: st.builds(
+        TrajectoriesQuarantined, record_metas, TEXT, TEXT, TEXT, TEXT, LONG, st.none() | LONG, TEXT, SHORT
+    ),
+    GraderCleared: st.builds(GraderCleared, record_metas, TEXT, TEXT, TEXT, LONG),
+    CanaryGraded: st.builds(
+        CanaryGraded,
+        record_metas,
+        TEXT,
+        TEXT,
+        LONG,
+        TEXT,
+        TEXT,
+        TEXT,
+        st.booleans(),
+        st.booleans(),
+        DOUBLE,
+        st.sampled_from(Verdict),
+        INT,
+        INT,
+        st.none() | grade_versions,
+        producers,
+        LONG,
+        LONG,
+        LONG,
+    ),
+    Alert: st.builds(
+        Alert,
+        record_metas,
+        TEXT,
+        TEXT,
+        TEXT,
+        st.sampled_from(Severity),
+        TEXT,
+        st.none() | DOUBLE,
+        st.none() | DOUBLE,
+        st.dictionaries(TEXT, TEXT, max_size=3),
+    ),
 }

@@ -20,6 +20,7 @@ from schemas.state import EpisodeState
 from schemas.testing import EpisodeScript
 from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
 from schemas.upcasters import SIGKILL_EXIT, upcast_chain
+from schemas.versions import GradeVersions
 
 
 def write_with(sv: SchemaVersion, record: dict[str, Any]) -> bytes:
@@ -188,6 +189,12 @@ def _carriers(codec: Codec) -> list[Any]:
     ]
 
 
+def _trajectory(codec: Codec) -> TrajectoryCompleted:
+    trajectory = _carriers(codec)[3]
+    assert isinstance(trajectory, TrajectoryCompleted)
+    return trajectory
+
+
 def test_v1_messages_carrying_actions_are_read_by_todays_code(codec: Codec) -> None:
     for value in _carriers(codec):
         v1 = codec.catalog.version(value.SCHEMA, 1)
@@ -229,14 +236,50 @@ def test_a_v1_reward_reads_today_with_no_tamper_signals(codec: Codec) -> None:
     """A v1 verifier recorded no signals: [] is what its records mean, so no upcaster is registered."""
     _, graded = _graded(codec)
     record = graded.to_record()
-    del record["tamper_signals"]  # what a v1 verifier wrote
+    for since_v2_or_v3 in ("tamper_signals", "versions", "duration_us"):  # what a v1 verifier wrote
+        del record[since_v2_or_v3]
     v1 = codec.catalog.version(RewardAssigned.SCHEMA, 1)
     data = write_with(v1, record)
     assert codec.schema_of(data) == (RewardAssigned.SCHEMA, 1)
     read = codec.decode_as(data, RewardAssigned)
     assert read == graded and read.tamper_signals == () and read.tampered_paths == ("tests/t\udcff.py",)
     assert upcast_chain(RewardAssigned.SCHEMA, 1, 2) == ()
-    assert codec.schema_of(codec.encode(read)) == (RewardAssigned.SCHEMA, 2)
+    assert codec.schema_of(codec.encode(read)) == (RewardAssigned.SCHEMA, 3)
+
+
+def test_a_v2_reward_reads_today_naming_no_versions(codec: Codec) -> None:
+    """A v2 verifier named no versions and no grading time: None and 0 are what its records mean."""
+    _, graded = _graded(codec, ("a signal",))
+    record = graded.to_record()
+    del record["versions"], record["duration_us"]
+    data = write_with(codec.catalog.version(RewardAssigned.SCHEMA, 2), record)
+    read = codec.decode_as(data, RewardAssigned)
+    assert read == graded and read.versions is None and read.duration_us == 0
+    assert read.tamper_signals == ("a signal",)
+    assert upcast_chain(RewardAssigned.SCHEMA, 2, 3) == ()
+
+
+def test_grade_versions_round_trip_in_the_reward_and_the_snapshot(codec: Codec) -> None:
+    script, graded = _graded(codec)
+    named = dataclasses.replace(
+        graded, versions=GradeVersions("v" * 64, "sha256:" + "i" * 64, "t" * 64, "r" * 64), duration_us=1234
+    )
+    assert codec.decode_as(codec.encode(named), RewardAssigned) == named
+    state = dataclasses.replace(fold(script.entries), reward=named)
+    assert codec.decode_as(codec.encode(state), EpisodeState).reward == named
+
+
+def test_a_v2_trajectory_reads_today_naming_no_grade_versions(codec: Codec) -> None:
+    trajectory = _trajectory(codec)
+    record = trajectory.to_record()
+    del record["grade_versions"], record["graded_at_us"]
+    data = write_with(codec.catalog.version(TrajectoryCompleted.SCHEMA, 2), record)
+    read = codec.decode_as(data, TrajectoryCompleted)
+    assert read == trajectory and read.grade_versions is None and read.graded_at_us == 0
+    versions = GradeVersions("a", "b", "c", "d")
+    named = dataclasses.replace(trajectory, grade_versions=versions, graded_at_us=7)
+    assert codec.decode_as(codec.encode(named), TrajectoryCompleted) == named
+    assert codec.schema_of(codec.encode(named)) == (TrajectoryCompleted.SCHEMA, 3)
 
 
 def test_tamper_signals_round_trip_losslessly_in_the_reward_and_the_snapshot(codec: Codec) -> None:
@@ -245,7 +288,7 @@ def test_tamper_signals_round_trip_losslessly_in_the_reward_and_the_snapshot(cod
     assert codec.decode_as(codec.encode(graded), RewardAssigned).tamper_signals == signals
     state = dataclasses.replace(fold(script.entries), reward=graded)
     assert codec.decode_as(codec.encode(state), EpisodeState).reward == graded
-    assert codec.schema_of(codec.encode(state)) == (EpisodeState.SCHEMA, 3)
+    assert codec.schema_of(codec.encode(state)) == (EpisodeState.SCHEMA, 4)
 
 
 def test_a_v2_snapshot_with_a_v1_reward_reads_today(codec: Codec) -> None:
