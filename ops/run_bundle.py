@@ -295,7 +295,9 @@ def write_bundle(
 
     refs, broken = contents.marker.live_refs(SnapshotStore(source))
     listed, missing, copied = _blobs(sorted(refs, key=_ref_key), source, out, blobs, progress)
-    recipes = [_write_recipe(out, recipe, files) for recipe in images]
+    recipes = [_write_recipe(out, recipe, files, contents.images) for recipe in images]
+    # A tag hashes its recipe: an image the log names that no recipe here builds came from another recipe.
+    unmatched = sorted(contents.images - {recipe.ref for recipe in images})
     software_entry = dict(software or {})
     if lock is not None:
         name = f"{SOFTWARE_DIR}/requirements.lock"
@@ -318,7 +320,7 @@ def write_bundle(
         "blobs": listed,
         "broken_snapshots": broken,
         "tasks": [contents.tasks[key] for key in sorted(contents.tasks)],
-        "images": {"named_by_log": sorted(contents.images), "recipes": recipes},
+        "images": {"named_by_log": sorted(contents.images), "without_recipe": unmatched, "recipes": recipes},
         "reward": reward_rule(),
         "pinned": contents.pinned,
         "files": files,
@@ -369,7 +371,7 @@ def _present(source: ObjectStore, ref: BlobRef) -> bool:
     return source.contains(ref.sha256, ref.media_type)
 
 
-def _write_recipe(out: Path, recipe: ImageRecipe, files: dict[str, str]) -> dict[str, Any]:
+def _write_recipe(out: Path, recipe: ImageRecipe, files: dict[str, str], named: set[str]) -> dict[str, Any]:
     folder = f"{IMAGES_DIR}/{recipe.name}-{recipe.tag}"
     written = []
     for relative, data in sorted(recipe.files.items()):
@@ -378,7 +380,13 @@ def _write_recipe(out: Path, recipe: ImageRecipe, files: dict[str, str]) -> dict
         (out / name).write_bytes(data)
         files[name] = file_sha256(out / name)
         written.append(name)
-    return {"image": recipe.ref, "image_id": recipe.image_id, "folder": folder, "files": written}
+    return {
+        "image": recipe.ref,
+        "image_id": recipe.image_id,
+        "named_by_log": recipe.ref in named,
+        "folder": folder,
+        "files": written,
+    }
 
 
 def reward_rule() -> dict[str, float]:

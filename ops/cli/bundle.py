@@ -41,7 +41,7 @@ def register(subparsers: kit.Subparsers) -> None:
         examples=(
             "trialog bundle RUN /tmp/run-bundle",
             "trialog bundle RUN /tmp/run-bundle --hashes-only --json",
-            "trialog bundle RUN OUT --bootstrap HOST:PORT --objects /srv/trialog/objects",
+            "trialog bundle RUN OUT --bootstrap 127.0.0.1:9092 --objects /srv/trialog/objects",
         ),
     )
     kit.add_run(command, positional=True)

@@ -122,7 +122,9 @@ def test_a_bundle_holds_the_records_and_every_blob_they_name(tmp_path: Path) -> 
     assert task["task_id"] == "task-1" and task["initial_snapshot_id"].startswith("snap-")
     assert "trialog-sandbox:abc" in bundle.manifest["images"]["named_by_log"]
     (recipe,) = bundle.manifest["images"]["recipes"]
-    assert recipe["image_id"] == "sha256:1234"
+    assert recipe["image_id"] == "sha256:1234" and recipe["named_by_log"] is True
+    without = bundle.manifest["images"]["without_recipe"]  # the made-up images of the scripted log
+    assert "img" in without and "trialog-sandbox:abc" not in without
     assert (out / recipe["files"][0]).read_bytes() == b"FROM base\n"
     assert bundle.manifest["reward"]["pass"] == 1.0 and bundle.manifest["pinned"] == []
 
