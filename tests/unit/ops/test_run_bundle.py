@@ -234,3 +234,30 @@ def test_audit_needs_a_run_or_a_bundle(capsys: pytest.CaptureFixture[str]) -> No
     assert "name the RUN to audit, or a bundle with --bundle DIR" in capsys.readouterr().err
     assert trialog(["reproduce", "ep-0"]) == 2
     assert "--run RUN, or a bundle" in capsys.readouterr().err
+
+
+def test_the_bundle_command_writes_verifies_and_summarises(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import ops.runlog
+    from ops.cli import bundle as bundle_cli
+    from ops.cli import kit
+
+    source = LocalObjectStore(tmp_path / "objects")
+    log, _ = _run_with_a_task(source)
+    topics = _by_topic(log)
+    monkeypatch.setattr(kit, "require_kafka", lambda bootstrap, *_: bootstrap)  # no broker here
+    monkeypatch.setattr(bundle_cli, "_run_topics", lambda bootstrap, run, timeout_s: list(topics))
+    monkeypatch.setattr(ops.runlog, "read_topics", lambda bootstrap, run, bases, **_: iter(topics[bases[0]]))
+    monkeypatch.setattr(bundle_cli, "_image_recipes", list)
+    out = tmp_path / "out"
+    argv = ["bundle", "r1", str(out), "--bootstrap", "kafka:9", "--objects", str(source.root)]
+    assert trialog(argv) == 0
+    captured = capsys.readouterr()
+    assert "bundle: episode.events: 16 records" in captured.err and "reading the bundle back" in captured.err
+    assert "episode.events" in captured.out and "3 named by the log, 3 copied" in captured.out
+    assert Bundle.open(out).topics["episode.events"] == 16
+    assert trialog(argv) == 2  # OUT is no longer empty
+    assert "is not an empty folder" in capsys.readouterr().err
+    assert trialog([*argv[:2], str(tmp_path / "other"), "--objects", str(tmp_path / "nowhere")]) == 2
+    assert "no object store at" in capsys.readouterr().err
