@@ -77,6 +77,8 @@ class LogRecord:
     key: bytes | None
     value: bytes | None
     timestamp_ms: int = 0
+    # Kafka headers (the trace context), kept so that a run bundle carries each record as it was logged.
+    headers: tuple[tuple[str, bytes | None], ...] = ()
 
     @property
     def where(self) -> str:

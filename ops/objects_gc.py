@@ -95,7 +95,7 @@ class Marker:
     reads the topics and passes each decoded record with its topic's base name, run and timestamp)."""
 
     window_start_ms: int
-    blobs: set[str] = field(default_factory=set)
+    blobs: set[BlobRef] = field(default_factory=set)
     snapshots: set[SnapshotId] = field(default_factory=set)
     records: int = 0
     _newest_policy: dict[str, tuple[int, tuple[BlobRef | SnapshotId, ...]]] = field(default_factory=dict)
@@ -110,28 +110,40 @@ class Marker:
         if base == TASKS.name or timestamp_ms >= self.window_start_ms:
             self._mark(named)
 
+    @classmethod
+    def whole_log(cls) -> Marker:
+        """A marker without a window: every record's references count (a run bundle's copy)."""
+        return cls(window_start_ms=-(2**63))
+
     def _mark(self, named: Iterable[BlobRef | SnapshotId]) -> None:
         for item in named:
             if isinstance(item, SnapshotId):
                 self.snapshots.add(item)
             else:
-                self.blobs.add(item.sha256)
+                self.blobs.add(item)
 
     def live(self, snapshots: SnapshotStore) -> tuple[set[str], list[str]]:
         """The live blob hashes (snapshots expanded through their manifests) and the snapshot ids whose
         manifest could not be read."""
+        refs, broken = self.live_refs(snapshots)
+        return {ref.sha256 for ref in refs}, broken
+
+    def live_refs(self, snapshots: SnapshotStore) -> tuple[set[BlobRef], list[str]]:
+        """`live` with each blob's media type (what a copy of the store needs): every marked reference,
+        each snapshot's manifest and each file it lists; and the snapshot ids whose manifest could not be
+        read."""
         for _, named in self._newest_policy.values():
             self._mark(named)
         live = set(self.blobs)
         broken = []
         for snapshot_id in sorted(self.snapshots, key=str):
-            live.add(snapshot_id.sha256)
+            live.add(snapshot_id.manifest_ref)
             try:
                 manifest = snapshots.load(snapshot_id)
             except (BlobIntegrityError, ValueError):
                 broken.append(str(snapshot_id))
                 continue
-            live.update(entry.sha256 for entry in manifest.files)
+            live.update(entry.blob for entry in manifest.files)
         return live, broken
 
 

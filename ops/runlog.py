@@ -87,6 +87,7 @@ def read_topics(
                 message.key,
                 message.value,
                 message.timestamp,
+                tuple(message.headers or ()),
             )
     except ReadError as exc:
         raise LogReadError(str(exc)) from exc

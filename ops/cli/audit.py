@@ -7,9 +7,13 @@ starts (records appended meanwhile are left for the next audit). Progress goes t
 With `--recheck` it also reads the run's `tasks` topic and grades every completed episode's final snapshot
 again, in fresh sandboxes, with the task's frozen tests from its bundle in the object store (`ops.recheck`).
 
+With `--bundle DIR` it reads the run from a run bundle (`trialog bundle RUN DIR`) instead of Kafka, and its
+blobs from the bundle's own store: no Kafka, no run store; `--recheck` then needs only Docker.
+
 Exit codes: 0 healthy (no lost episode, duplicate step or broken chain) and, with --recheck, every reward
 confirmed; 1 not healthy, or a reward differs or could not be graded again; 2 the audit could not run (Kafka
-unreachable, the run's topics missing, no Docker engine for --recheck), with the reason on stderr.
+unreachable, the run's topics missing, a bundle that does not match its manifest, no Docker engine for
+--recheck), with the reason on stderr.
 """
 
 from __future__ import annotations
@@ -22,12 +26,23 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, TextIO
 
 from ops.cli import kit
-from ops.cli.run_log_args import add_log_options, kafka_of, local_tasks, log_errors, objects_of
+from ops.cli.run_log_args import (
+    add_log_options,
+    bundle_of,
+    bundle_run,
+    kafka_of,
+    local_tasks,
+    log_errors,
+    objects_of,
+    require_blobs,
+)
 from ops.log_defaults import DEFAULT_STALE_AFTER_S
+from streams.errors import StackError
 
 if TYPE_CHECKING:  # ops.audit and ops.runlog load the codecs: only when the command runs
     from ops.audit import LogRecord
     from ops.recheck import RecheckReport
+    from ops.run_bundle import Bundle
     from ops.runlog import LoggedRun
 
 
@@ -45,9 +60,16 @@ def register(subparsers: kit.Subparsers) -> None:
             "trialog audit RUN",
             "trialog audit RUN --json --timeout 10",
             "trialog audit RUN --recheck --tasks examples/tasks",
+            "trialog audit --bundle /tmp/run-bundle --recheck",
         ),
     )
-    kit.add_run(command, positional=True)
+    command.add_argument(
+        "run",
+        metavar="RUN",
+        nargs="?",
+        type=kit.run_id,
+        help="the run's id (its topic prefix); left out with --bundle, which holds one run",
+    )
     kit.add_json(command)
     command.add_argument(
         "--stale-after",
@@ -62,7 +84,7 @@ def register(subparsers: kit.Subparsers) -> None:
         help="also grade every completed episode's final snapshot again in a fresh sandbox and report "
         "every recorded reward that differs (exit code 1 when one does or cannot be graded)",
     )
-    add_log_options(command, objects=True, tasks=True)
+    add_log_options(command, objects=True, tasks=True, bundle=True)
 
 
 def _cmd_audit(args: argparse.Namespace) -> int:
@@ -70,20 +92,32 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     from ops.runlog import TASKS, LoggedRun
     from schemas.codec import default_codec
 
-    bootstrap = kafka_of(args)
+    bundle = bundle_of(args)
+    if bundle is None and args.run is None:
+        raise StackError("name the RUN to audit, or a bundle with --bundle DIR", "see trialog audit --help")
+    if bundle is not None:
+        args.run = bundle_run(bundle, args.run)
+        source = f"bundle {bundle.root}"
+        if args.recheck:
+            require_blobs(args, bundle, "--recheck")
+    else:
+        source = kafka_of(args)
     if args.recheck:
         kit.require_docker()  # before reading a long log, not after
     progress = Progress(sys.stderr)
     logged = LoggedRun()
     codec = default_codec()
+    extra_topics = (TASKS,) if args.recheck else ()
     try:
         with log_errors():
             # Streamed: only the episode events' bytes are kept (for the chains), not the requests'
             # histories; a recheck also keeps the decoded events, trajectories and tasks.
-            records = read_run(
-                bootstrap, args.run, timeout_s=args.timeout, progress=progress.reading,
-                extra=(TASKS,) if args.recheck else (),
-            )  # fmt: skip
+            if bundle is not None:
+                records = read_bundle(bundle, progress=progress.reading, extra=extra_topics)
+            else:
+                records = read_run(
+                    source, args.run, timeout_s=args.timeout, progress=progress.reading, extra=extra_topics
+                )
             auditor = Auditor(args.stale_after, codec)
             for record in records:
                 if args.recheck:
@@ -93,12 +127,12 @@ def _cmd_audit(args: argparse.Namespace) -> int:
             report = auditor.report()
     finally:
         progress.done()
-    rechecked = _recheck(args, logged) if args.recheck else None
+    rechecked = _recheck(args, logged, bundle) if args.recheck else None
     if args.json:
         extra = {"recheck": rechecked.to_json()} if rechecked is not None else {}
         print(json.dumps({"run": args.run, **report.to_json(), **extra}, indent=2))
     else:
-        print(f"run {args.run or '(default)'} on {bootstrap}")
+        print(f"run {args.run or '(default)'} {'from' if bundle is not None else 'on'} {source}")
         print(report.table())
         if rechecked is not None:
             print(rechecked.table())
@@ -107,10 +141,11 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     return report.exit_code
 
 
-def _recheck(args: argparse.Namespace, logged: LoggedRun) -> RecheckReport:
+def _recheck(args: argparse.Namespace, logged: LoggedRun, bundle: Bundle | None) -> RecheckReport:
     from ops.recheck import recheck_in_sandboxes
 
-    return recheck_in_sandboxes(logged, objects_of(args), fallback=local_tasks(args), quiet=args.json)
+    objects = objects_of(args, bundle)
+    return recheck_in_sandboxes(logged, objects, fallback=local_tasks(args), quiet=args.json)
 
 
 class Progress:
@@ -140,6 +175,21 @@ class Progress:
         if self._shown and self._tty:
             self.stream.write("\n")
             self.stream.flush()
+
+
+def read_bundle(
+    bundle: Bundle, *, progress: Callable[[int, int], None] | None = None, extra: Sequence[str] = ()
+) -> Iterator[LogRecord]:
+    """`read_run` from a run bundle: the audited topics' records (and `extra` ones'), topic after topic.
+    Raises `ops.run_bundle.BundleError` when the bundle lacks one of them or a file cannot be read."""
+    from ops.audit import AUDITED_TOPICS
+
+    bases = (*AUDITED_TOPICS, *extra)
+    total = bundle.count(bases)
+    for done, record in enumerate(bundle.records(bases), start=1):
+        yield record
+        if progress is not None:
+            progress(done, total)
 
 
 def read_run(

@@ -464,3 +464,18 @@ def size_text(size: int) -> str:
         if size >= factor and size % factor == 0:
             return f"{size // factor}{unit}"
     return str(size)
+
+
+def trialog_version() -> str:
+    """This trialog's version (the installed distribution's, else the checkout's pyproject.toml)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("trialog")
+    except PackageNotFoundError:  # a checkout used without installing it (make env)
+        import tomllib
+
+        from ops.paths import REPO_ROOT
+
+        with (REPO_ROOT / "pyproject.toml").open("rb") as file:
+            return str(tomllib.load(file)["project"]["version"])

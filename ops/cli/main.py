@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ops.cli import audit, demo, kit, model, objects, replay, report, reproduce, run, sandbox, tasks
+from ops.cli import audit, bundle, demo, kit, model, objects, replay, report, reproduce, run, sandbox, tasks
 from ops.cli.workers import learner, rollout, scheduler, streams, verifier
 from ops.cli.workers import sandbox as sandbox_worker
 from streams.errors import StackError
@@ -26,6 +26,7 @@ COMMAND_GROUPS: tuple[Callable[[kit.Subparsers], None], ...] = (
     report.register,
     demo.register,
     objects.register,
+    bundle.register,
 )
 # The worker process kinds under `trialog worker`, added the same way.
 WORKER_GROUPS: tuple[Callable[[kit.Subparsers], None], ...] = (
@@ -124,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
             "trialog audit RUN --json",
         ),
     )
-    parser.add_argument("--version", action="version", version=f"trialog {_version()}")
+    parser.add_argument("--version", action="version", version=f"trialog {kit.trialog_version()}")
     sub = kit.subcommands(parser, "command")
 
     kit.command(
@@ -167,20 +168,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="options of that benchmark (see its --help)",
     )
     return parser
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("trialog")
-    except PackageNotFoundError:  # a checkout used without installing it (make env)
-        import tomllib
-
-        from ops.paths import REPO_ROOT
-
-        with (REPO_ROOT / "pyproject.toml").open("rb") as file:
-            return str(tomllib.load(file)["project"]["version"])
 
 
 def main(argv: Sequence[str] | None = None) -> int:

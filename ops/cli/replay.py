@@ -1,7 +1,8 @@
 """`trialog replay RUN [--episode E] [--from TIME] [--json]`: a run's episodes, step by step, from its log.
 
 Reads `episode.events` back (from the beginning, or from the first record at or after TIME on each
-partition, found with `offsets_for_times`) and prints each episode's timeline (`ops.replay`).
+partition, found with `offsets_for_times`) and prints each episode's timeline (`ops.replay`). With
+`--bundle DIR` it reads them from a run bundle (`trialog bundle RUN DIR`) instead of Kafka.
 
 Exit codes: 0 printed; 1 an episode asked for is not in the log read; 2 the run could not be read.
 """
@@ -13,8 +14,9 @@ import json
 import sys
 
 from ops.cli import kit
-from ops.cli.run_log_args import add_log_options, kafka_of, log_errors
+from ops.cli.run_log_args import add_log_options, bundle_of, bundle_run, kafka_of, log_errors
 from ops.log_defaults import DEFAULT_OUTPUT_CHARS
+from streams.errors import StackError
 
 
 def register(subparsers: kit.Subparsers) -> None:
@@ -30,9 +32,16 @@ def register(subparsers: kit.Subparsers) -> None:
             "trialog replay RUN",
             "trialog replay RUN --episode EPISODE --json",
             "trialog replay RUN --from 2026-11-30T17:05:00Z --output-chars 2000",
+            "trialog replay --bundle /tmp/run-bundle --episode EPISODE",
         ),
     )
-    kit.add_run(command, positional=True)
+    command.add_argument(
+        "run",
+        metavar="RUN",
+        nargs="?",
+        type=kit.run_id,
+        help="the run's id (its topic prefix); left out with --bundle, which holds one run",
+    )
     command.add_argument(
         "--episode", action="append", metavar="E", help="only this episode (repeat for more; default: all)"
     )
@@ -51,7 +60,7 @@ def register(subparsers: kit.Subparsers) -> None:
         help="show at most N characters of each output stream",
     )
     kit.add_json(command)
-    add_log_options(command)
+    add_log_options(command, bundle=True)
 
 
 def a_time(text: str) -> str:
@@ -70,11 +79,17 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     from ops.runlog import EVENTS, LoggedRun, read_topics
 
     since_ms = parse_time(args.since) if args.since else None
-    bootstrap = kafka_of(args)
+    bundle = bundle_of(args)
+    if bundle is None and args.run is None:
+        raise StackError("name the RUN to replay, or a bundle with --bundle DIR", "see trialog replay --help")
     with log_errors():
-        run = LoggedRun.collect(
-            read_topics(bootstrap, args.run, (EVENTS,), timeout_s=args.timeout, since_ms=since_ms)
-        )
+        if bundle is not None:
+            args.run = bundle_run(bundle, args.run)
+            records = bundle.records((EVENTS,), since_ms=since_ms)
+        else:
+            bootstrap = kafka_of(args)
+            records = read_topics(bootstrap, args.run, (EVENTS,), timeout_s=args.timeout, since_ms=since_ms)
+        run = LoggedRun.collect(records)
     wanted = args.episode or sorted(run.episodes, key=lambda e: (run.episodes[e].first_us, e))
     missing = [episode for episode in wanted if episode not in run.episodes]
     timelines = [

@@ -2,7 +2,8 @@
 compare it with its log, step by step (`ops.reproduce`).
 
 Reads the run's `episode.events` and `tasks` topics and the object store, nothing else. The positional is
-the EPISODE (the thing reproduced) and the run is `--run`, as a worker names the run it serves.
+the EPISODE (the thing reproduced) and the run is `--run`, as a worker names the run it serves. With
+`--bundle DIR` both come from a run bundle (`trialog bundle RUN DIR`): no Kafka, no run store, only Docker.
 
 Exit codes: 0 reproduced (every observation, snapshot id and the reward match); 1 it diverges (the first
 divergent step is named, with why); 2 it could not be reproduced (not in the log, task or snapshot
@@ -16,7 +17,16 @@ import json
 import sys
 
 from ops.cli import kit
-from ops.cli.run_log_args import add_log_options, kafka_of, local_tasks, log_errors, objects_of
+from ops.cli.run_log_args import (
+    add_log_options,
+    bundle_of,
+    bundle_run,
+    kafka_of,
+    local_tasks,
+    log_errors,
+    objects_of,
+    require_blobs,
+)
 from streams.errors import StackError
 
 
@@ -32,35 +42,52 @@ def register(subparsers: kit.Subparsers) -> None:
         examples=(
             "trialog reproduce EPISODE --run RUN",
             "trialog reproduce EPISODE --run RUN --json --tasks examples/tasks",
+            "trialog reproduce EPISODE --bundle /tmp/run-bundle",
         ),
     )
     command.add_argument(
         "episode", metavar="EPISODE", help="the episode's id (trialog replay RUN lists them)"
     )
     command.add_argument(
-        "--run", type=kit.run_id, required=True, help="the run's id (its topic prefix; '' for none)"
+        "--run",
+        type=kit.run_id,
+        help="the run's id (its topic prefix; '' for none); required unless --bundle names the run",
     )
     kit.add_json(command)
-    add_log_options(command, objects=True, tasks=True)
+    add_log_options(command, objects=True, tasks=True, bundle=True)
 
 
 def _cmd_reproduce(args: argparse.Namespace) -> int:
     from ops.reproduce import reproduce_in_sandboxes
     from ops.runlog import EVENTS, TASKS, LoggedRun, read_topics
 
-    bootstrap = kafka_of(args)
+    bundle = bundle_of(args)
+    if bundle is None and args.run is None:
+        raise StackError(
+            "name the run with --run RUN, or a bundle with --bundle DIR", "trialog reproduce --help"
+        )
+    if bundle is not None:
+        args.run = bundle_run(bundle, args.run)
+        require_blobs(args, bundle, "a reproduction")
+    else:
+        bootstrap = kafka_of(args)
     kit.require_docker()  # the episode is re-executed in sandboxes: say so before reading the log
     with log_errors():
-        run = LoggedRun.collect(read_topics(bootstrap, args.run, (EVENTS, TASKS), timeout_s=args.timeout))
+        if bundle is not None:
+            records = bundle.records((EVENTS, TASKS))
+        else:
+            records = read_topics(bootstrap, args.run, (EVENTS, TASKS), timeout_s=args.timeout)
+        run = LoggedRun.collect(records)
     episode = run.episodes.get(args.episode)
     if episode is None:
+        where = f"--bundle {bundle.root}" if bundle is not None else args.run
         raise StackError(
             f"episode {args.episode} is not in run {args.run!r}",
-            f"list its episodes: trialog replay {args.run}",
+            f"list its episodes: trialog replay {where}",
         )
     try:
         result = reproduce_in_sandboxes(
-            run, episode, objects_of(args), fallback=local_tasks(args), quiet=args.json
+            run, episode, objects_of(args, bundle), fallback=local_tasks(args), quiet=args.json
         )
     except Exception as exc:  # a sandbox that cannot start, a snapshot missing from the store: say which
         raise StackError(
