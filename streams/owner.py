@@ -647,6 +647,8 @@ def _completed_trajectory(state: OwnerState, origin: Origin, now_us: int) -> Tra
         reward.total,
         min(versions),
         max(versions),
+        reward.versions,  # what a quarantine rule matches, and the grader canaries must vouch for
+        reward.meta.occurred_at_us,
     )
 
 
