@@ -229,3 +229,42 @@ def test_a_killed_worker_is_no_longer_watched_and_starts_again_on_the_same_log(t
     assert log.read_text().count("up") == 2  # appended, not truncated
     assert workers.processes["learner"] is not first and workers.dead() == {}
     assert set(workers.stop(grace_s=5.0)) == {"learner", "other"}
+
+
+def test_the_loop_sends_nothing_while_paused_says_so_once_and_goes_on_when_resumed() -> None:
+    from tests.unit.actors.guard_records import paused, resumed
+
+    said: list[str] = []
+    process = SchedulerProcess(
+        SchedulerSettings("unused", Target(RUN, 2)), fixed_origin("scheduler"), said.append
+    )
+    bundle = BlobRef(hashlib.sha256(b"x").hexdigest(), 1)
+    meta = RecordMeta("pub", 1, Producer("tasks", "t"))
+    process.observe(TaskPublished(meta, "task-1", "v1", "Fix.", "img", 30.0, "pytest", None, (), bundle))
+    process.observe(paused("canary c1 graded wrongly", run=RUN))
+
+    class Consumer(FakeConsumer):
+        polls = 0
+
+        def poll(self, timeout_ms: int) -> dict[str, list[Any]]:
+            self.polls += 1
+            if self.polls == 3:  # an operator resumes the run while the scheduler waits
+                self.queue.append(_Record(default_codec().encode(resumed("fixed", run=RUN))))
+            return super().poll(timeout_ms)
+
+    consumer = Consumer()
+
+    def on_send(command: StartEpisode) -> None:
+        assert consumer.polls >= 3  # nothing before the resume
+        trajectory = TrajectoryCompleted(
+            _meta(command.episode_id), "g", "Fix.", (), 1.0, Verdict.PASS, 1, 1, 0, 0
+        )
+        consumer.queue.append(_Record(default_codec().encode(trajectory)))
+
+    assert process._loop(consumer, FakeProducer(on_send)) == 0
+    notices = [line for line in said if "paused" in line or "resumed" in line]
+    assert notices == [
+        f"scheduler {RUN}: paused: canary c1 graded wrongly; resume with trialog run resume {RUN}",
+        f"scheduler {RUN}: resumed: fixed; starting episodes again",
+    ]
+    assert process.sent == 2
