@@ -9,7 +9,21 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ops.cli import audit, bundle, demo, kit, model, objects, replay, report, reproduce, run, sandbox, tasks
+from ops.cli import (
+    audit,
+    bundle,
+    demo,
+    kit,
+    model,
+    objects,
+    quarantine,
+    replay,
+    report,
+    reproduce,
+    run,
+    sandbox,
+    tasks,
+)
 from ops.cli.workers import learner, rollout, scheduler, streams, verifier
 from ops.cli.workers import sandbox as sandbox_worker
 from streams.errors import StackError
@@ -27,6 +41,7 @@ COMMAND_GROUPS: tuple[Callable[[kit.Subparsers], None], ...] = (
     demo.register,
     objects.register,
     bundle.register,
+    quarantine.register,
 )
 # The worker process kinds under `trialog worker`, added the same way.
 WORKER_GROUPS: tuple[Callable[[kit.Subparsers], None], ...] = (

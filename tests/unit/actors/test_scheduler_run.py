@@ -69,9 +69,46 @@ def test_the_status_counts_each_episode_once_by_outcome() -> None:
         "mean_reward": 0.65,
         "verdicts": {"partial": 1, "pass": 1},
         "trajectories": {"completed": 2, "failed": 1},
+        "guard": {
+            "paused": False,
+            "pause_reason": None,
+            "pinned": False,
+            "quarantine_rules": 0,
+            "quarantined": 0,
+            "version_changes": [],
+        },
     }
     assert "failed 1 (step_limit 1), in flight 1, mean reward 0.650" in status.line()
+    assert status.guard_lines() == []  # no control log read: nothing to say
     assert RunStatus("empty").to_json()["mean_reward"] is None
+
+
+def test_the_status_says_what_the_control_log_says() -> None:
+    from tests.unit.actors.guard_records import IMAGE, changed, graded, paused, pinned, rule
+
+    trajectories = [
+        graded(TrajectoryCompleted(_meta(e), "g", "Fix.", (), 1.0, Verdict.PASS, 1, 1, 0, 0))
+        for e in ("e1", "e2")
+    ]
+    status = RunStatus(RUN).observe_all(
+        [
+            pinned(),
+            trajectories[0],
+            rule("image", IMAGE),  # a rule matches trajectories before and after it
+            trajectories[1],
+            rule("verifier", "ff" * 32, rule_id="rule-2"),
+            paused("canary c1 graded wrongly"),
+            changed("image"),
+            paused(run="other"),
+        ]
+    )
+    guard = status.to_json()["guard"]
+    assert guard["paused"] is True and guard["pause_reason"] == "canary c1 graded wrongly"
+    assert (guard["pinned"], guard["quarantine_rules"], guard["quarantined"]) == (True, 2, 2)
+    assert [c["component"] for c in guard["version_changes"]] == ["image"]
+    [summary, change] = status.guard_lines()
+    assert "PAUSED (canary c1 graded wrongly); pinned; 2 quarantine rules, 2 completed" in summary
+    assert "1 version changes" in summary and change.startswith("  version changed: image sha256:")
 
 
 def test_spawned_workers_share_the_object_store_and_run_in_the_runs_groups(tmp_path: Path) -> None:
