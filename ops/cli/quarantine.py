@@ -36,7 +36,7 @@ def register(subparsers: kit.Subparsers) -> None:
         examples=(
             "trialog quarantine RUN --version 3f9a1c2e --dry-run",
             "trialog quarantine RUN --version 3f9a1c2e --component image --reason 'image rebuilt'",
-            "trialog quarantine RUN --since -2h --all --reason 'canary c7 failed'",
+            "trialog quarantine RUN --since=-2h --all --reason 'canary c7 failed'",
             "trialog quarantine RUN --since 2025-01-31T12:00:00Z --until 2025-01-31T14:00:00Z --all --json",
         ),
     )
@@ -47,8 +47,8 @@ def register(subparsers: kit.Subparsers) -> None:
     add("--component", choices=COMPONENTS, default="version",
         help="which of a grade's versions --version names (version: any of them)")  # fmt: skip
     add("--since", type=_time, metavar="TIME",
-        help="only grades at or after TIME: ISO-8601 with a zone (2025-01-31T12:00:00Z), or -30m, -2h, "
-        "-1d")  # fmt: skip
+        help="only grades at or after TIME: ISO-8601 with a zone (2025-01-31T12:00:00Z), or relative: "
+        "--since=-30m, -2h, -1d (with '=': a bare -2h reads as an option)")  # fmt: skip
     add("--until", type=_time, metavar="TIME", help="only grades before TIME (same forms as --since)")
     add(
         "--all", action="store_true", help="every trajectory graded in the --since window, whatever graded it"
