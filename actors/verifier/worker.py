@@ -20,15 +20,18 @@ excepted) and a redelivered request, or another episode ending in the same tree,
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 
 from actors.tasks.reward import error_grade
 from actors.tasks.spec import Task
 from actors.tasks.verify import Verification
+from actors.verifier.faults import Fault, inject
 from actors.verifier.grading import Grader
 from actors.verifier.tasks import TaskSource, TaskUnavailable
 from schemas import topics
@@ -39,12 +42,15 @@ from schemas.events import RewardAssigned
 from schemas.fsnames import to_wire
 from schemas.origin import Origin
 from schemas.requests import VerifyRequest
+from schemas.versions import GradeVersions
 from streams.kafka.request_loop import Route
 
 log = logging.getLogger(__name__)
 
 DEFAULT_GROUP = "trialog-verifier"
 ROUTE = Route(VerifyRequest, topics.VERIFY_REQUESTS, topics.VERIFY_RESULTS)
+# The guard's canaries: graded exactly like an episode's workspace, answered beside the episodes' grades.
+CANARY_ROUTE = Route(VerifyRequest, topics.CANARY_REQUESTS, topics.CANARY_RESULTS)
 VERIFIER_ID = "trialog-verify/1"  # the grading rules' identity: bump when they change what a grade means
 REPORT_MEDIA_TYPE = "application/json"
 DEFAULT_CACHE = 1024
@@ -62,6 +68,8 @@ class VerifierWorker:
         *,
         verifier: str = VERIFIER_ID,
         cache_size: int = DEFAULT_CACHE,
+        versions: Callable[[Task, str | None], GradeVersions] | None = None,
+        fault: Fault | None = None,
     ) -> None:
         self.tasks = tasks
         self.grader = grader
@@ -69,14 +77,31 @@ class VerifierWorker:
         self.origin = origin
         self.verifier = verifier
         self.cache_size = cache_size
+        self.versions = versions
+        self.fault = fault
         self._graded: OrderedDict[GradeKey, Verification] = OrderedDict()
         self._lock = threading.Lock()
 
     def handle(self, request: VerifyRequest) -> RewardAssigned:
+        started = time.monotonic()
         verification = self.verification(request)
-        return reward_assigned(
+        if self.fault is not None:
+            verification = inject(self.fault, verification)
+        duration_us = int((time.monotonic() - started) * 1_000_000)
+        answer = reward_assigned(
             self.origin, request, verification, self.verifier, self._report(request, verification)
         )
+        return dataclasses.replace(answer, versions=self._versions(request), duration_us=duration_us)
+
+    def _versions(self, request: VerifyRequest) -> GradeVersions | None:
+        """The versions that graded `request` (None when it could not be graded for want of its task)."""
+        if self.versions is None:
+            return None
+        try:
+            task = self.tasks.get(request.meta.task_id, request.meta.task_version)
+        except TaskUnavailable:
+            return None
+        return self.versions(task, request.image or None)
 
     def verification(self, request: VerifyRequest) -> Verification:
         meta = request.meta
