@@ -83,8 +83,16 @@ class VerifierWorker:
         self._lock = threading.Lock()
 
     def handle(self, request: VerifyRequest) -> RewardAssigned:
+        return self._answer(request, cached=True)
+
+    def handle_canary(self, request: VerifyRequest) -> RewardAssigned:
+        """A canary is graded afresh every time: an answer from the cache would vouch for the grader as it
+        was when the grade was cached, not as it is now."""
+        return self._answer(request, cached=False)
+
+    def _answer(self, request: VerifyRequest, *, cached: bool) -> RewardAssigned:
         started = time.monotonic()
-        verification = self.verification(request)
+        verification = self.verification(request, cached=cached)
         if self.fault is not None:
             verification = inject(self.fault, verification)
         duration_us = int((time.monotonic() - started) * 1_000_000)
@@ -103,7 +111,7 @@ class VerifierWorker:
             return None
         return self.versions(task, request.image or None)
 
-    def verification(self, request: VerifyRequest) -> Verification:
+    def verification(self, request: VerifyRequest, *, cached: bool = True) -> Verification:
         meta = request.meta
         started = time.monotonic()
         try:
@@ -115,7 +123,7 @@ class VerifierWorker:
             return _error("no_snapshot: the request names no workspace snapshot to grade", started, task)
         key = (task.id, task.version, meta.snapshot_id, request.image)
         with self._lock:
-            known = self._graded.get(key)
+            known = self._graded.get(key) if cached else None
             if known is not None:
                 self._graded.move_to_end(key)
                 return known

@@ -108,7 +108,7 @@ def _cmd_worker_verifier(args: argparse.Namespace) -> int:
         canary_settings = LoopSettings(
             bootstrap, f"{args.group}-canary", args.run, max_poll_interval_ms=poll_ms
         )
-        canaries = RequestLoop(CANARY_ROUTE, worker.handle, canary_settings, origin)
+        canaries = RequestLoop(CANARY_ROUTE, worker.handle_canary, canary_settings, origin)
         canaries.stopping = loop.stopping  # one stop for both loops
         kit.worker_logging()
         where = f"{loop.requests_topic} and {canaries.requests_topic} on {bootstrap}, group {args.group}"

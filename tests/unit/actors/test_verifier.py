@@ -244,3 +244,17 @@ def test_a_fault_is_a_setting_a_verifier_version_names(tasks: FolderTasks, task:
         grades[fault] = worker.handle(verify_request(_meta(task, snapshot_id=SNAPSHOT)))  # type: ignore[arg-type]
     assert (grades[Fault.PASS_ALL].verdict, grades[Fault.PASS_ALL].reward) == (Verdict.PASS, 1.0)
     assert grades[Fault.FAIL_ALL].verdict is Verdict.FAIL and grades[Fault.FAIL_ALL].reward < 0
+
+
+def test_a_canary_is_graded_afresh_while_an_episode_grade_may_come_from_the_cache(
+    tasks: FolderTasks, task: Task
+) -> None:
+    grader = FakeGrader({SNAPSHOT: _passing(task)})
+    worker = VerifierWorker(tasks, grader, MemoryObjectStore(), fixed_origin())
+    request = verify_request(_meta(task, snapshot_id=SNAPSHOT))  # type: ignore[arg-type]
+    worker.handle(request)
+    worker.handle(request)
+    assert len(grader.calls) == 1
+    worker.handle_canary(request)
+    worker.handle_canary(request)
+    assert len(grader.calls) == 3
