@@ -53,16 +53,20 @@ def verifier_version(verifier_id: str, settings: Mapping[str, str] | None = None
     return digest.hexdigest()
 
 
-def reward_config_version() -> str:
-    """The version of the reward rule: its constants, canonically."""
-    config = {
+def reward_config() -> dict[str, str | float]:
+    """The reward rule's constants (`actors.tasks.reward`)."""
+    return {
         "rule": "tampered, build_failed, pass, passed/total - penalty",
         "tampered": reward.TAMPERED_REWARD,
         "build_failed": reward.BUILD_FAILED_REWARD,
         "pass": reward.PASS_REWARD,
         "partial_penalty": reward.PARTIAL_PENALTY,
     }
-    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
+
+
+def reward_config_version() -> str:
+    """The version of the reward rule: its constants, canonically."""
+    return hashlib.sha256(json.dumps(reward_config(), sort_keys=True).encode()).hexdigest()
 
 
 def tests_version(task: Task) -> str:
