@@ -49,3 +49,51 @@ def test_the_command_line_parses_follow_rules_and_json() -> None:
     assert args.since is None and args.timeout == 60.0
     plain = build_parser().parse_args(["alerts", "r1", "--since", "1h"])
     assert plain.follow is False and plain.rule is None and isinstance(plain.since, int)
+
+
+def _guard_parser() -> argparse.ArgumentParser:
+    from ops.cli.alert_options import add_alert_options
+
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    add_alert_options(parser)
+    return parser
+
+
+def test_the_guards_alert_options_build_the_engines_settings() -> None:
+    from actors.guard.alerts import AlertSettings
+    from ops.cli.alert_options import alert_settings_of
+
+    args = _guard_parser().parse_args(
+        ["--alert-webhook", "https://hooks.example.com/x", "--sandbox-metrics", "http://127.0.0.1:9400/metrics",
+         "--alert-off", "reward_jump", "--alert-set", "idle_s=60", "--alert-set", "lag_floor=10",
+         "--alert-set", "reward_drop_abs=none"]
+    )  # fmt: skip
+    settings = alert_settings_of(args)
+    assert args.alert_webhook == "https://hooks.example.com/x"
+    assert args.sandbox_metrics == ["http://127.0.0.1:9400/metrics"]
+    assert settings.disabled == {"reward_jump"} and settings.idle_s == 60.0 and settings.lag_floor == 10
+    assert settings.reward_drop_abs is None and settings.reward_recent == AlertSettings().reward_recent
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--alert-webhook", "hooks.example.com"],
+        ["--alert-set", "idel_s=60"],
+        ["--alert-set", "lag_floor=1.5"],
+        ["--alert-set", "idle_s=none"],
+        ["--alert-off", "everything"],
+    ],
+)
+def test_bad_alert_options_are_refused_when_parsed(argv: list[str]) -> None:
+    with pytest.raises((argparse.ArgumentError, SystemExit)):
+        _guard_parser().parse_args(argv)
+
+
+def test_settings_out_of_bounds_are_a_stack_error_naming_them() -> None:
+    from ops.cli.alert_options import alert_settings_of
+    from streams.errors import StackError
+
+    args = _guard_parser().parse_args(["--alert-set", "failure_rate=2"])
+    with pytest.raises(StackError, match="failure_rate"):
+        alert_settings_of(args)
