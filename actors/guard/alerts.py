@@ -446,7 +446,11 @@ class AlertEngine:
 
     def _dead_letter(self, value: DeadLetter) -> list[Alert]:
         reason = value.reason
-        _last, count = self._deadletters.get(reason, (0, 0))
+        last_us, count = self._deadletters.get(reason, (0, 0))
+        if count and self.now_us - last_us >= self.settings.deadletter_quiet_s * US:
+            # The burst was over before this one (a replay sees no ticks): this one starts the next.
+            count = 0
+            self._condition(Rule.DEAD_LETTERS, {"reason": reason}, False, "")
         self._deadletters[reason] = (self.now_us, count + 1)
         return self._condition(
             Rule.DEAD_LETTERS, {"reason": reason}, True,

@@ -19,6 +19,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from actors.guard.alerts import AlertEngine, AlertSettings
+from actors.guard.hook import EngineHook
 from actors.guard.metrics import read_metrics
 from actors.guard.sinks import AlertSinks, KafkaAlertSink, LogAlertSink, MetricsAlertSink, WebhookSink
 from ops.cli.main import main
@@ -96,6 +97,18 @@ def test_alerts_written_through_the_sinks_are_listed_followed_and_counted(
     finally:
         follow.kill()
         follow.wait()
+
+    # A restarted guard's engine, primed from the topic, does not raise again what the replay reaches.
+    hook = EngineHook.for_run(kafka_bootstrap, run, Origin.system("guard", "it2"), sample_every_s=60)
+    try:
+        now = T0 + 3602 * 1_000_000
+        replayed = [
+            hook.observe("deadletter", value, now)
+            for value in (records[1], dead_letter(T0 + 3601 * 1_000_000))
+        ]
+        assert replayed == [[], []]
+    finally:
+        hook.close()
 
 
 def test_the_lag_of_a_runs_consumer_group_is_read_from_the_broker(kafka_bootstrap: str) -> None:

@@ -162,6 +162,8 @@ def test_dead_letters_fire_once_per_burst_and_again_after_a_quiet_period() -> No
     assert engine.observe(dead_letter(T0 + 40 * S)) == []  # still the burst: 30 s since the last one
     engine.tick(T0 + 101 * S)  # 61 s of quiet: the burst is over
     assert rules(engine.observe(dead_letter(T0 + 102 * S))) == ["dead_letters"]
+    # Without ticks (a replay), the quiet between two records ends a burst as well.
+    assert rules(engine.observe(dead_letter(T0 + 200 * S))) == ["dead_letters"]
 
 
 def test_a_wrong_canary_grade_is_critical_until_that_canary_grades_right_again() -> None:
