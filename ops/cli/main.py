@@ -9,7 +9,21 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ops.cli import audit, bundle, demo, kit, model, objects, replay, report, reproduce, run, sandbox, tasks
+from ops.cli import (
+    alerts,
+    audit,
+    bundle,
+    demo,
+    kit,
+    model,
+    objects,
+    replay,
+    report,
+    reproduce,
+    run,
+    sandbox,
+    tasks,
+)
 from ops.cli.workers import learner, rollout, scheduler, streams, verifier
 from ops.cli.workers import sandbox as sandbox_worker
 from streams.errors import StackError
@@ -20,6 +34,7 @@ COMMAND_GROUPS: tuple[Callable[[kit.Subparsers], None], ...] = (
     tasks.register,
     model.register,
     run.register,
+    alerts.register,
     audit.register,
     replay.register,
     reproduce.register,
