@@ -42,13 +42,15 @@ from typing import Any, Literal
 
 import fastavro
 
-from actors.tasks import reward
+from actors.verifier.versions import reward_config, reward_config_version, verifier_version
+from actors.verifier.worker import VERIFIER_ID
 from ops.audit import LogRecord
 from ops.objects_gc import Marker
 from sandbox_agent.snapshots import SnapshotStore
 from schemas.blobs import BlobIntegrityError, BlobRef, LocalObjectStore, ObjectStore
 from schemas.codec import Codec, DecodeError, default_codec
-from schemas.topics import TASKS
+from schemas.run_control import RunPinned
+from schemas.topics import RUN_CONTROL, TASKS
 
 FORMAT = "trialog.run-bundle"
 FORMAT_VERSION = 1
@@ -57,7 +59,7 @@ TOPICS_DIR = "topics"
 OBJECTS_DIR = "objects"
 IMAGES_DIR = "images"
 SOFTWARE_DIR = "software"
-CONTROL_TOPIC = "run.control"  # where a run pins its versions (RunPinned), when it has that topic
+CONTROL_TOPIC = RUN_CONTROL.name  # where a run pins its versions (RunPinned), when it has that topic
 
 BlobMode = Literal["copy", "hashes"]
 
@@ -190,7 +192,7 @@ class LogContents:
                 "bundle": (decoded.get("bundle") or {}).get("sha256"),
                 "initial_snapshot_id": decoded.get("initial_snapshot_id"),
             }
-        if record.topic == CONTROL_TOPIC and name.endswith("Pinned"):
+        if record.topic == CONTROL_TOPIC and name == RunPinned.SCHEMA:
             self.pinned.append({"schema": name, "record": _jsonable(decoded)})
 
 
@@ -389,13 +391,13 @@ def _write_recipe(out: Path, recipe: ImageRecipe, files: dict[str, str], named: 
     }
 
 
-def reward_rule() -> dict[str, float]:
-    """The reward rule's constants in the trialog that writes the bundle (`actors.tasks.reward`)."""
+def reward_rule() -> dict[str, str | float]:
+    """The reward rule of the trialog that writes the bundle: its constants, their version as grades name
+    it (`reward_config`), and the verifier version it grades with (no fault injected)."""
     return {
-        "tampered": reward.TAMPERED_REWARD,
-        "build_failed": reward.BUILD_FAILED_REWARD,
-        "pass": reward.PASS_REWARD,
-        "partial_penalty": reward.PARTIAL_PENALTY,
+        **reward_config(),
+        "version": reward_config_version(),
+        "verifier_version": verifier_version(VERIFIER_ID),
     }
 
 

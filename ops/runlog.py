@@ -18,6 +18,7 @@ from typing import Any
 
 from ops.audit import LogRecord
 from schemas import topics
+from schemas.alerts import Alert
 from schemas.codec import Codec, DecodeError, default_codec
 from schemas.events import (
     EPISODE_EVENT_TYPES,
@@ -39,6 +40,7 @@ EVENTS = topics.EPISODE_EVENTS.name
 TASKS = topics.TASKS.name
 POLICY_VERSIONS = topics.POLICY_VERSIONS.name
 TRAJECTORIES = tuple(topic.name for topic in topics.TRAJECTORIES)
+ALERTS = topics.ALERTS.name
 
 
 class LogReadError(Exception):
@@ -169,6 +171,7 @@ class LoggedRun:
     episodes: dict[str, EpisodeLog] = field(default_factory=dict)
     tasks: dict[tuple[str, str], TaskPublished] = field(default_factory=dict)
     policies: list[PolicyPublished] = field(default_factory=list)
+    alerts: dict[str, Alert] = field(default_factory=dict)  # alert id -> alert, in the order written
     undecodable: int = 0
 
     @classmethod
@@ -198,3 +201,5 @@ class LoggedRun:
             self.tasks[(obj.task_id, obj.task_version)] = obj
         elif record.topic == POLICY_VERSIONS and isinstance(obj, PolicyPublished):
             self.policies.append(obj)
+        elif record.topic == ALERTS and isinstance(obj, Alert):
+            self.alerts.setdefault(obj.alert_id, obj)

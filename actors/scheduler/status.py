@@ -1,5 +1,6 @@
 """A run's status, folded from its topics: `episode.commands`, `episode.events`, the trajectories and the
-run's control log (`run.control`: paused or not, pinned or not, quarantine rules, version changes).
+run's control log (`run.control`: paused or not, pinned or not, quarantine rules, version changes)
+and its alerts (counted by severity, the last few shown).
 
 Pure (`RunStatus.observe` takes decoded records, in any order, duplicates included, except that control
 records fold in their log order); `read_status` reads the topics of a run from the beginning to their
@@ -14,10 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from actors.guard import control as run_control
+from actors.guard.alerts import alert_json, alert_line, by_severity
+from schemas.alerts import Alert
 from schemas.commands import StartEpisode
 from schemas.events import EpisodeCompleted, EpisodeFailed, EpisodeStarted
 from schemas.run_control import CONTROL_TYPES
 from schemas.topics import (
+    ALERTS,
     EPISODE_COMMANDS,
     EPISODE_EVENTS,
     RUN_CONTROL,
@@ -26,7 +30,15 @@ from schemas.topics import (
 )
 from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
 
-STATUS_TOPICS = (EPISODE_COMMANDS, EPISODE_EVENTS, TRAJECTORIES_COMPLETED, TRAJECTORIES_FAILED, RUN_CONTROL)
+STATUS_TOPICS = (
+    EPISODE_COMMANDS,
+    EPISODE_EVENTS,
+    TRAJECTORIES_COMPLETED,
+    TRAJECTORIES_FAILED,
+    ALERTS,
+    RUN_CONTROL,
+)
+LAST_ALERTS = 5  # shown by `run status`; `trialog alerts RUN` lists them all
 
 
 @dataclass
@@ -42,6 +54,7 @@ class RunStatus:
     # The completed trajectories without their steps: matched against the quarantine rules at the end (a
     # rule may come after the trajectories it names).
     graded: dict[str, TrajectoryCompleted] = field(default_factory=dict)
+    alerts: dict[str, Alert] = field(default_factory=dict)  # alert id -> alert, in the order written
 
     def observe(self, value: object) -> None:
         """Fold one decoded record; records of other runs and other types are ignored."""
@@ -51,6 +64,10 @@ class RunStatus:
         if isinstance(value, StartEpisode):
             if value.run_id == self.run_id:
                 self.commanded.add(value.episode_id)
+            return
+        if isinstance(value, Alert):
+            if value.run_id == self.run_id:
+                self.alerts.setdefault(value.alert_id, value)
             return
         meta = getattr(value, "meta", None)
         if getattr(meta, "run_id", None) != self.run_id:
@@ -104,6 +121,10 @@ class RunStatus:
         rewards = [reward for reward, _verdict in self.completed.values()]
         return sum(rewards) / len(rewards) if rewards else None
 
+    @property
+    def last_alerts(self) -> list[Alert]:
+        return list(self.alerts.values())[-LAST_ALERTS:]
+
     def to_json(self) -> dict[str, Any]:
         by_class: dict[str, int] = {}
         for failure in self.failed.values():
@@ -125,6 +146,11 @@ class RunStatus:
                 "completed": len(self.published_completed),
                 "failed": len(self.published_failed),
             },
+            "alerts": {
+                "count": len(self.alerts),
+                "by_severity": by_severity(list(self.alerts.values())),
+                "last": [alert_json(alert) for alert in self.last_alerts],
+            },
             "guard": self.guard_json(),
         }
 
@@ -135,7 +161,7 @@ class RunStatus:
         return (
             f"run {self.run_id or '(default)'}: started {data['started']} (commanded {data['commanded']}), "
             f"completed {data['completed']}, failed {data['failed']}{f' ({failed})' if failed else ''}, "
-            f"in flight {data['in_flight']}, mean reward {mean}"
+            f"in flight {data['in_flight']}, mean reward {mean}{self._alerts_line()}"
         )
 
     def guard_lines(self) -> list[str]:
@@ -155,10 +181,23 @@ class RunStatus:
             lines.append(f"  version changed: {change['component']}{task} {was} -> {seen}")
         return lines
 
+    def _alerts_line(self) -> str:
+        """Nothing without alerts; else their counts by severity, then the last few, one per line."""
+        if not self.alerts:
+            return ""
+        counts = by_severity(list(self.alerts.values()))
+        shown = ", ".join(f"{severity} {count}" for severity, count in counts.items() if count)
+        lines = [f"\nalerts: {len(self.alerts)} ({shown}); the last {len(self.last_alerts)}:"]
+        lines += [f"  {alert_line(alert)}" for alert in self.last_alerts]
+        return "\n".join(lines)
+
 
 def read_status(bootstrap: str, run: str) -> RunStatus:
     from streams.kafka.reader import decoded, read_records
+    from streams.kafka.topics import existing_topics
 
-    topics = [topic.of(run) for topic in STATUS_TOPICS]
-    records = read_records(bootstrap, topics, skip_missing=True)
-    return RunStatus(run).observe_all(value for _topic, value in decoded(records))
+    # A run made before a topic joined the catalogue (its alerts) lacks it: read the rest.
+    names = [topic.of(run) for topic in STATUS_TOPICS]
+    present = existing_topics(bootstrap, names)
+    topics = [name for name in names if name in present] or names
+    return RunStatus(run).observe_all(value for _topic, value in decoded(read_records(bootstrap, topics)))

@@ -20,15 +20,18 @@ excepted) and a redelivered request, or another episode ending in the same tree,
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 
 from actors.tasks.reward import error_grade
 from actors.tasks.spec import Task
 from actors.tasks.verify import Verification
+from actors.verifier.faults import Fault, inject
 from actors.verifier.grading import Grader
 from actors.verifier.tasks import TaskSource, TaskUnavailable
 from schemas import topics
@@ -39,12 +42,15 @@ from schemas.events import RewardAssigned
 from schemas.fsnames import to_wire
 from schemas.origin import Origin
 from schemas.requests import VerifyRequest
+from schemas.versions import GradeVersions
 from streams.kafka.request_loop import Route
 
 log = logging.getLogger(__name__)
 
 DEFAULT_GROUP = "trialog-verifier"
 ROUTE = Route(VerifyRequest, topics.VERIFY_REQUESTS, topics.VERIFY_RESULTS)
+# The guard's canaries: graded exactly like an episode's workspace, answered beside the episodes' grades.
+CANARY_ROUTE = Route(VerifyRequest, topics.CANARY_REQUESTS, topics.CANARY_RESULTS)
 VERIFIER_ID = "trialog-verify/1"  # the grading rules' identity: bump when they change what a grade means
 REPORT_MEDIA_TYPE = "application/json"
 DEFAULT_CACHE = 1024
@@ -62,6 +68,8 @@ class VerifierWorker:
         *,
         verifier: str = VERIFIER_ID,
         cache_size: int = DEFAULT_CACHE,
+        versions: Callable[[Task, str | None], GradeVersions] | None = None,
+        fault: Fault | None = None,
     ) -> None:
         self.tasks = tasks
         self.grader = grader
@@ -69,16 +77,41 @@ class VerifierWorker:
         self.origin = origin
         self.verifier = verifier
         self.cache_size = cache_size
+        self.versions = versions
+        self.fault = fault
         self._graded: OrderedDict[GradeKey, Verification] = OrderedDict()
         self._lock = threading.Lock()
 
     def handle(self, request: VerifyRequest) -> RewardAssigned:
-        verification = self.verification(request)
-        return reward_assigned(
+        return self._answer(request, cached=True)
+
+    def handle_canary(self, request: VerifyRequest) -> RewardAssigned:
+        """A canary is graded afresh every time: an answer from the cache would vouch for the grader as it
+        was when the grade was cached, not as it is now."""
+        return self._answer(request, cached=False)
+
+    def _answer(self, request: VerifyRequest, *, cached: bool) -> RewardAssigned:
+        started = time.monotonic()
+        verification = self.verification(request, cached=cached)
+        if self.fault is not None:
+            verification = inject(self.fault, verification)
+        duration_us = int((time.monotonic() - started) * 1_000_000)
+        answer = reward_assigned(
             self.origin, request, verification, self.verifier, self._report(request, verification)
         )
+        return dataclasses.replace(answer, versions=self._versions(request), duration_us=duration_us)
 
-    def verification(self, request: VerifyRequest) -> Verification:
+    def _versions(self, request: VerifyRequest) -> GradeVersions | None:
+        """The versions that graded `request` (None when it could not be graded for want of its task)."""
+        if self.versions is None:
+            return None
+        try:
+            task = self.tasks.get(request.meta.task_id, request.meta.task_version)
+        except TaskUnavailable:
+            return None
+        return self.versions(task, request.image or None)
+
+    def verification(self, request: VerifyRequest, *, cached: bool = True) -> Verification:
         meta = request.meta
         started = time.monotonic()
         try:
@@ -90,7 +123,7 @@ class VerifierWorker:
             return _error("no_snapshot: the request names no workspace snapshot to grade", started, task)
         key = (task.id, task.version, meta.snapshot_id, request.image)
         with self._lock:
-            known = self._graded.get(key)
+            known = self._graded.get(key) if cached else None
             if known is not None:
                 self._graded.move_to_end(key)
                 return known

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ops.cli import (
+    alerts,
     audit,
     bundle,
     demo,
@@ -34,6 +35,7 @@ COMMAND_GROUPS: tuple[Callable[[kit.Subparsers], None], ...] = (
     tasks.register,
     model.register,
     run.register,
+    alerts.register,
     audit.register,
     replay.register,
     reproduce.register,

@@ -1,6 +1,7 @@
 """`trialog report RUN --out DIR`: write DIR/report.html, a self-contained page about a run (`ops.report`).
 
-Reads the run's `episode.events`, trajectories and `policy.versions` back; nothing else.
+Reads the run's `episode.events`, trajectories, `policy.versions` and `alerts` back (a run made before
+alerts existed has no alerts topic: its page says so); nothing else.
 Exit codes: 0 written; 2 the run could not be read or the page not written.
 """
 
@@ -47,25 +48,30 @@ def _jaeger(args: argparse.Namespace) -> str:
     return StackConfig.load().jaeger.query_url
 
 
-def write_report(run: LoggedRun, run_name: str, out: Path, query_base: str) -> Path:
+def write_report(
+    run: LoggedRun, run_name: str, out: Path, query_base: str, *, alerts_read: bool = True
+) -> Path:
     from ops.report.data import gather
     from ops.report.html import render_page
 
     out.mkdir(parents=True, exist_ok=True)
     page = out / PAGE
-    page.write_text(render_page(gather(run, run_name), query_base), encoding="utf-8")
+    page.write_text(render_page(gather(run, run_name, alerts_read=alerts_read), query_base), encoding="utf-8")
     return page
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from ops.runlog import EVENTS, POLICY_VERSIONS, TRAJECTORIES, LoggedRun, read_topics
+    from ops.runlog import ALERTS, EVENTS, POLICY_VERSIONS, TRAJECTORIES, LoggedRun, read_topics
+    from schemas.topics import topic_name
+    from streams.kafka.topics import existing_topics
 
     bootstrap = kafka_of(args)
-    bases = (EVENTS, *TRAJECTORIES, POLICY_VERSIONS)
+    alerts_read = bool(existing_topics(bootstrap, [topic_name(args.run, ALERTS)], min(10.0, args.timeout)))
+    bases = (EVENTS, *TRAJECTORIES, POLICY_VERSIONS, *((ALERTS,) if alerts_read else ()))
     with log_errors():
         run = LoggedRun.collect(read_topics(bootstrap, args.run, bases, timeout_s=args.timeout))
     try:
-        page = write_report(run, args.run, args.out, _jaeger(args))
+        page = write_report(run, args.run, args.out, _jaeger(args), alerts_read=alerts_read)
     except OSError as exc:
         raise StackError(f"cannot write {args.out / PAGE}: {exc}", "choose another --out folder") from None
     print(page)

@@ -21,12 +21,15 @@ import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
+from actors.guard.alerts import by_severity
 from ops.runlog import EpisodeLog, LoggedRun
+from schemas.alerts import Alert
 from schemas.events import ActionProposed, EpisodeStarted, RewardAssigned, StepExecuted
 from schemas.trajectories import TrajectoryCompleted
 
 STAGES = ("policy", "sandbox", "verify")
 TABLE_ROWS = 20
+ALERT_ROWS = 50  # the most recent; `trialog alerts RUN` lists them all
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,10 @@ class ReportData:
     policy_versions: int = 0
     slowest: list[EpisodeRow] = field(default_factory=list)
     failed_rows: list[EpisodeRow] = field(default_factory=list)
+    alerts: list[Alert] = field(default_factory=list)  # the most recent ALERT_ROWS, oldest first
+    alerts_total: int = 0
+    alerts_by_severity: dict[str, int] = field(default_factory=dict)
+    alerts_read: bool = True  # False: the run has no alerts topic (made before alerts existed)
 
 
 def _outcome(episode: EpisodeLog) -> str:
@@ -130,7 +137,7 @@ def _staleness(run: LoggedRun) -> list[int] | None:
     return lags
 
 
-def gather(run: LoggedRun, run_name: str, rows: int = TABLE_ROWS) -> ReportData:
+def gather(run: LoggedRun, run_name: str, rows: int = TABLE_ROWS, *, alerts_read: bool = True) -> ReportData:
     episodes = [e for e in run.episodes.values() if e.events]
     first_us = min((e.first_us for e in episodes), default=0)
     last_us = max((e.last_us for e in episodes), default=0)
@@ -178,4 +185,8 @@ def gather(run: LoggedRun, run_name: str, rows: int = TABLE_ROWS) -> ReportData:
             (row for row in ended if row.outcome == "completed"), key=lambda r: (-r.duration_s, r.episode)
         )[:rows],
         failed_rows=sorted((row for row in ended if row.outcome == "failed"), key=lambda r: r.episode)[:rows],
+        alerts=list(run.alerts.values())[-ALERT_ROWS:],
+        alerts_total=len(run.alerts),
+        alerts_by_severity=by_severity(list(run.alerts.values())),
+        alerts_read=alerts_read,
     )

@@ -83,6 +83,36 @@ def _staleness(data: ReportData) -> str:
     )
 
 
+def _alerts(data: ReportData) -> str:
+    if not data.alerts_read:
+        return '<p class="note">The run has no alerts topic (it was made before alerts existed).</p>'
+    if not data.alerts_total:
+        return '<p class="note">No alert was raised.</p>'
+    counts = ", ".join(f"{severity} {count}" for severity, count in data.alerts_by_severity.items() if count)
+    shown = (
+        f"the last {len(data.alerts)} of {data.alerts_total}"
+        if len(data.alerts) < data.alerts_total
+        else "all"
+    )
+    rows = [
+        [
+            iso_time(alert.meta.occurred_at_us),
+            alert.severity.value,
+            alert.rule,
+            ", ".join(f"{k}={v}" for k, v in sorted(alert.labels.items())),
+            alert.summary,
+            "-" if alert.value is None else f"{alert.value:g}",
+            "-" if alert.threshold is None else f"{alert.threshold:g}",
+        ]
+        for alert in data.alerts
+    ]
+    headers = ("time", "severity", "rule", "labels", "summary", "value", "threshold")
+    return (
+        f'<p class="note">{data.alerts_total} alerts ({escape(counts)}); {shown} shown, oldest first '
+        "(trialog alerts RUN lists them all).</p>" + _table(headers, rows)
+    )
+
+
 def render_page(data: ReportData, query_base: str) -> str:
     charts_rewards = bar_chart(
         "mean reward by policy version",
@@ -126,6 +156,8 @@ def render_page(data: ReportData, query_base: str) -> str:
             f"<style>{STYLE}</style></head><body>",
             f"<h1>trialog run {escape(data.run or '(default)')}</h1>",
             _summary(data),
+            f"<h2>Alerts ({data.alerts_total})</h2>",
+            _alerts(data),
             "<h2>Rewards and throughput</h2>",
             f'<div class="charts">{charts_rewards}{charts_rate}</div>',
             "<h2>Step latency by stage</h2>",

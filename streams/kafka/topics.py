@@ -43,3 +43,16 @@ def ensure_topics(
 def run_topics(run: str) -> list[str]:
     """The names of all of `run`'s topics."""
     return [topic.of(run) for topic in TOPICS]
+
+
+def existing_topics(bootstrap: str, names: list[str], timeout_s: float = 10.0) -> set[str]:
+    """Which of `names` exist on the broker (a reader asked for a missing topic would wait for it)."""
+    from kafka import KafkaConsumer
+
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=None, bootstrap_timeout_ms=int(timeout_s * 1000)
+    )
+    try:
+        return set(names) & set(consumer.topics())
+    finally:
+        consumer.close()

@@ -18,6 +18,8 @@ The instruments (OpenTelemetry names; `ops.telemetry.prometheus` serves them as 
 | trialog.deadletters | counter | reason, source | whoever dead-letters a record |
 | trialog.weights.refused | counter | reason, source | a rollout hot swap, per refused announcement or file |
 | trialog.learner.trajectories | counter | outcome (trained, quarantined, held, ...) | the learner |
+| trialog.alerts | counter | rule, severity | the guard, per alert raised |
+| trialog.alert.webhook.failures | counter | outcome (retried, dropped) | the guard's webhook, per failure |
 
 Episodes/s and steps/s are rates of the counters (Prometheus `rate()`). Rewards are a count and a sum
 (the mean is their ratio), not a histogram: OpenTelemetry histograms refuse negative values, and a
@@ -47,6 +49,8 @@ TAMPER_DETECTIONS = "trialog.tamper.detections"
 DEADLETTERS = "trialog.deadletters"
 WEIGHTS_REFUSED = "trialog.weights.refused"
 LEARNER_TRAJECTORIES = "trialog.learner.trajectories"
+ALERTS = "trialog.alerts"
+WEBHOOK_FAILURES = "trialog.alert.webhook.failures"
 
 COUNTERS = {
     EPISODES: "episodes by outcome",
@@ -57,6 +61,8 @@ COUNTERS = {
     WEIGHTS_REFUSED: "policy announcements or weights files refused by a hot swap, by reason",
     REWARDS: "rewards assigned, by verdict",
     LEARNER_TRAJECTORIES: "trajectories the learner took in, by outcome (its planner's counters)",
+    ALERTS: "alerts raised, by rule and severity",
+    WEBHOOK_FAILURES: "alert webhook posts that failed, by outcome (retried, dropped)",
 }
 UP_DOWN_COUNTERS = {REWARD_SUM: "sum of the rewards assigned, by verdict"}
 HISTOGRAMS: dict[str, tuple[str, str, tuple[float, ...]]] = {

@@ -5,14 +5,22 @@ folders (`--tasks`, repeatable); final workspaces are snapshots in the object st
 write (`--objects`, the same folder for every worker of the run). Each request is graded in a fresh
 sandbox on the stack's Docker engine. No Docker engine: it exits at once with what to run; no Kafka yet:
 it waits for the broker.
+
+Beside `verify.requests` it serves the guard's canaries (`canary.requests` -> `canary.results`, consumer
+group `<group>-canary`) with the same grader, so a canary sees exactly what an episode's grade would. Every
+grade names its versions (`actors.verifier.versions`). `--fault` makes it a broken grader on purpose (a
+drill, or the guard's tests): its grades name another verifier version.
 """
 
 from __future__ import annotations
 
 import argparse
+import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from actors.verifier.faults import Fault
 from ops.cli import kit
 from ops.cli.workers.cleanup import add_cleanup, cleanup
 from streams.errors import StackError
@@ -44,6 +52,11 @@ def register(workers: kit.Subparsers) -> None:
     kit.add_run(command)
     kit.add_group(command, "verifier")
     kit.add_instance(command)
+    command.add_argument(
+        "--fault", choices=[fault.value for fault in Fault], default=None,
+        help="inject a grading fault, for drills and tests: every grade passes (pass-all) or fails "
+        "(fail-all); the grades name another verifier version (default: none)",
+    )  # fmt: skip
     add_cleanup(command)
     kit.add_telemetry(command)
 
@@ -59,7 +72,8 @@ def _cmd_worker_verifier(args: argparse.Namespace) -> int:
     from actors.tasks.spec import TaskError
     from actors.verifier.grading import SnapshotGrader
     from actors.verifier.tasks import FolderTasks
-    from actors.verifier.worker import ROUTE, VerifierWorker
+    from actors.verifier.versions import ImageIds, Versioner, verifier_version
+    from actors.verifier.worker import CANARY_ROUTE, ROUTE, VERIFIER_ID, VerifierWorker
     from ops.console import say
     from ops.paths import Paths
     from ops.stack.sandboxes import default_image
@@ -81,15 +95,34 @@ def _cmd_worker_verifier(args: argparse.Namespace) -> int:
     try:
         backend = DockerBackend(client, objects, labels={VERIFIER_LABEL: args.instance})
         origin = Origin.system("verifier", args.instance)
-        worker = VerifierWorker(tasks, SnapshotGrader(backend, objects, default_image()), objects, origin)
-        settings = LoopSettings(bootstrap, args.group, args.run, max_poll_interval_ms=poll_interval_ms(tasks))
+        fault = None if args.fault is None else Fault(args.fault)
+        version = verifier_version(VERIFIER_ID, {} if fault is None else {"fault": fault.value})
+        image_ids = ImageIds(lambda ref: str(client.images.get(ref).id), time.monotonic)
+        worker = VerifierWorker(
+            tasks, SnapshotGrader(backend, objects, default_image()), objects, origin,
+            versions=Versioner(version, image_ids, default_image()), fault=fault,
+        )  # fmt: skip
+        poll_ms = poll_interval_ms(tasks)
+        settings = LoopSettings(bootstrap, args.group, args.run, max_poll_interval_ms=poll_ms)
         loop = RequestLoop(ROUTE, worker.handle, settings, origin)
+        canary_settings = LoopSettings(
+            bootstrap, f"{args.group}-canary", args.run, max_poll_interval_ms=poll_ms
+        )
+        canaries = RequestLoop(CANARY_ROUTE, worker.handle_canary, canary_settings, origin)
+        canaries.stopping = loop.stopping  # one stop for both loops
         kit.worker_logging()
-        where = f"{loop.requests_topic} on {bootstrap}, group {args.group}"
-        say(f"verifier {args.instance} ({len(tasks.ids)} tasks): {where}")
+        where = f"{loop.requests_topic} and {canaries.requests_topic} on {bootstrap}, group {args.group}"
+        faulty = "" if fault is None else f", FAULT INJECTED: {fault.value}"
+        say(f"verifier {args.instance} ({len(tasks.ids)} tasks, version {version[:12]}{faulty}): {where}")
         start_telemetry(kit.telemetry_of(args, "trialog-verifier"))
         with cleanup(client, args), kit.stop_on_signals(loop.stopping):
-            loop.run()
+            beside = threading.Thread(target=canaries.run, name="canaries", daemon=True)
+            beside.start()
+            try:
+                loop.run()
+            finally:
+                loop.stopping.set()
+                beside.join(timeout=60)
     finally:
         client.close()
     return kit.EXIT_OK

@@ -69,6 +69,7 @@ def test_the_status_counts_each_episode_once_by_outcome() -> None:
         "mean_reward": 0.65,
         "verdicts": {"partial": 1, "pass": 1},
         "trajectories": {"completed": 2, "failed": 1},
+        "alerts": {"count": 0, "by_severity": {"critical": 0, "warning": 0, "info": 0}, "last": []},
         "guard": {
             "paused": False,
             "pause_reason": None,
@@ -79,6 +80,7 @@ def test_the_status_counts_each_episode_once_by_outcome() -> None:
         },
     }
     assert "failed 1 (step_limit 1), in flight 1, mean reward 0.650" in status.line()
+    assert "alerts" not in status.line()
     assert status.guard_lines() == []  # no control log read: nothing to say
     assert RunStatus("empty").to_json()["mean_reward"] is None
 
@@ -109,6 +111,26 @@ def test_the_status_says_what_the_control_log_says() -> None:
     [summary, change] = status.guard_lines()
     assert "PAUSED (canary c1 graded wrongly); pinned; 2 quarantine rules, 2 completed" in summary
     assert "1 version changes" in summary and change.startswith("  version changed: image sha256:")
+
+
+def test_the_status_counts_alerts_by_severity_and_shows_the_last_few() -> None:
+    from actors.guard.alerts import AlertEngine, AlertSettings
+    from tests.unit.actors.test_alerts import RUN as ALERT_RUN
+    from tests.unit.actors.test_alerts import T0, _origin, canary, dead_letter
+
+    engine = AlertEngine(ALERT_RUN, AlertSettings(deadletter_quiet_s=1), _origin())
+    alerts = engine.observe(canary(False))
+    for i in range(7):  # a burst of dead letters each, 2 s apart
+        engine.tick(T0 + i * 2_000_000 + 1_000_000)
+        alerts += engine.observe(dead_letter(T0 + i * 2_000_000 + 2_000_000))
+    status = RunStatus(ALERT_RUN).observe_all([*alerts, alerts[0]])  # a repeated alert is counted once
+    data = status.to_json()["alerts"]
+    assert data["count"] == 8 and data["by_severity"] == {"critical": 1, "warning": 7, "info": 0}
+    assert [a["alert_id"] for a in data["last"]] == [a.alert_id for a in alerts[-5:]]
+    line = status.line()
+    assert "\nalerts: 8 (critical 1, warning 7); the last 5:\n" in line
+    assert line.count("WARNING  dead_letters [reason=undecodable]") == 5
+    assert RunStatus("other").observe_all(alerts).to_json()["alerts"]["count"] == 0
 
 
 def test_spawned_workers_share_the_object_store_and_run_in_the_runs_groups(tmp_path: Path) -> None:

@@ -194,3 +194,67 @@ def test_tamper_signals_reach_the_reward_encodable_and_capped(tasks: FolderTasks
     assert len(answer.tamper_signals) == LINES_MAX and "more (see the report)" in answer.tamper_signals[-1]
     assert answer.report is not None
     assert len(json.loads(objects.get(answer.report))["tamper_signals"]) == len(signals)
+
+
+def _passing(task: Task) -> Verification:
+    reports = [(test_id, Outcome.PASSED) for test_id in task.test_ids]
+    return Verification(grade(expected=task.test_ids, reports=reports), 0.5)
+
+
+def test_every_grade_names_its_versions_and_a_new_image_id_is_seen_within_the_ttl(
+    tasks: FolderTasks, task: Task
+) -> None:
+    from actors.verifier.versions import ImageIds, Versioner, tests_version, verifier_version
+
+    now = [0.0]
+    ids = {"sandbox-image": "sha256:one"}
+    image_ids = ImageIds(lambda ref: ids[ref], lambda: now[0], ttl_s=30)
+    version = verifier_version(VERIFIER_ID)
+    worker = VerifierWorker(
+        tasks, FakeGrader({SNAPSHOT: _passing(task)}), MemoryObjectStore(), fixed_origin(),
+        versions=Versioner(version, image_ids, "default-image"),
+    )  # fmt: skip
+    answer = worker.handle(verify_request(_meta(task, snapshot_id=SNAPSHOT)))  # type: ignore[arg-type]
+    assert answer.versions is not None and answer.verdict is Verdict.PASS
+    assert (answer.versions.verifier, answer.versions.image) == (version, "sha256:one")
+    assert answer.versions.tests == tests_version(task) != task.version
+    ids["sandbox-image"] = "sha256:two"  # rebuilt under the same reference
+    now[0] = 10.0
+    assert image_ids("sandbox-image") == "sha256:one"
+    now[0] = 31.0
+    assert image_ids("sandbox-image") == "sha256:two"
+    assert image_ids("missing") == "ref:missing"  # a failed lookup names the reference
+    unknown = worker.handle(verify_request(request_meta(task_id="nope", snapshot_id=SNAPSHOT)))
+    assert unknown.versions is None and unknown.verdict is Verdict.ERROR
+
+
+def test_a_fault_is_a_setting_a_verifier_version_names(tasks: FolderTasks, task: Task) -> None:
+    from actors.verifier.faults import Fault
+    from actors.verifier.versions import verifier_version
+
+    assert verifier_version(VERIFIER_ID) != verifier_version(VERIFIER_ID, {"fault": "pass-all"})
+    assert verifier_version(VERIFIER_ID) == verifier_version(VERIFIER_ID, {})
+    failing = Verification(grade(expected=task.test_ids, reports=()), 0.5)
+    grades = {}
+    for fault in Fault:
+        worker = VerifierWorker(
+            tasks, FakeGrader({SNAPSHOT: failing if fault is Fault.PASS_ALL else _passing(task)}),
+            MemoryObjectStore(), fixed_origin(), fault=fault,
+        )  # fmt: skip
+        grades[fault] = worker.handle(verify_request(_meta(task, snapshot_id=SNAPSHOT)))  # type: ignore[arg-type]
+    assert (grades[Fault.PASS_ALL].verdict, grades[Fault.PASS_ALL].reward) == (Verdict.PASS, 1.0)
+    assert grades[Fault.FAIL_ALL].verdict is Verdict.FAIL and grades[Fault.FAIL_ALL].reward < 0
+
+
+def test_a_canary_is_graded_afresh_while_an_episode_grade_may_come_from_the_cache(
+    tasks: FolderTasks, task: Task
+) -> None:
+    grader = FakeGrader({SNAPSHOT: _passing(task)})
+    worker = VerifierWorker(tasks, grader, MemoryObjectStore(), fixed_origin())
+    request = verify_request(_meta(task, snapshot_id=SNAPSHOT))  # type: ignore[arg-type]
+    worker.handle(request)
+    worker.handle(request)
+    assert len(grader.calls) == 1
+    worker.handle_canary(request)
+    worker.handle_canary(request)
+    assert len(grader.calls) == 3

@@ -26,6 +26,7 @@ HEAVY = ("torch", "docker", "kafka", "faust")
 # This session's modules: each must build its parser without a heavy import.
 SERVICE_MODULES = (
     "ops.cli.run",
+    "ops.cli.alerts",
     "ops.cli.audit",
     "ops.cli.replay",
     "ops.cli.report",
@@ -86,6 +87,9 @@ REFUSED = [
     (["audit", "r1", "--stale-after", "inf"], "--stale-after"),
     (["replay", "r1", "--output-chars", "0"], "--output-chars"),
     (["replay", "r1", "--from", "yesterday"], "--from"),
+    (["alerts", "r1", "--since", "yesterday"], "--since"),
+    (["alerts", "r1", "--rule", "reward_colapse"], "--rule"),
+    (["alerts", "r:1"], "RUN"),
     (["report", "r1", "--out", "d", "--timeout", "-5"], "--timeout"),
     (["reproduce", "e1", "--run", "r1", "--bootstrap", "h:99999"], "--bootstrap"),
     (["worker", "streams", "--temperature", "-0.1"], "--temperature"),
@@ -124,7 +128,7 @@ def test_a_bad_value_is_refused_when_parsed(
 
 
 HELPED = [
-    ["run", "start"], ["run", "status"], ["audit"], ["replay"], ["report"], ["reproduce"],
+    ["run", "start"], ["run", "status"], ["alerts"], ["audit"], ["replay"], ["report"], ["reproduce"],
     *(["worker", kind] for kind in ("streams", "sandbox", "rollout", "verifier", "scheduler", "learner")),
 ]  # fmt: skip
 
@@ -197,6 +201,8 @@ def bare_env(tmp_path: Path) -> dict[str, str]:
 NEEDS_KAFKA = [
     (["run", "status", "r1"], True),
     (["run", "start", "--tasks", "examples/tasks", "--episodes", "2", "--policy", "scripted"], False),
+    (["alerts", "r1"], True),
+    (["alerts", "--follow", "r1"], True),
     (["audit", "r1"], True),
     (["replay", "r1"], True),
     (["report", "r1", "--out", "OUT"], False),

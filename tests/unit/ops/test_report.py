@@ -121,3 +121,28 @@ def test_the_tables_hold_at_most_the_rows_asked_for(rows: int) -> None:
     data = gather(LoggedRun.collect(healthy_run(3).records), "r", rows=rows)
     assert len(data.slowest) == rows
     assert dataclasses.asdict(data)["run"] == "r"
+
+
+def test_the_page_lists_the_runs_alerts_escaped_with_counts_by_severity() -> None:
+    from actors.guard.alerts import AlertEngine, AlertSettings
+    from tests.unit.actors.test_alerts import RUN, _origin, canary
+
+    engine = AlertEngine(RUN, AlertSettings(), _origin())
+    alerts = engine.observe(canary(False, case="hack:<script>")) + engine.observe(canary(False))
+    log = healthy_run(1)
+    codec = default_codec()
+    records = [
+        *log.records,
+        *(LogRecord("alerts", 0, i, None, codec.encode(a)) for i, a in enumerate(alerts)),
+    ]
+    records.append(LogRecord("alerts", 0, 9, None, codec.encode(alerts[0])))  # written twice: listed once
+    data = gather(LoggedRun.collect(records), RUN)
+    assert data.alerts_total == 2 and data.alerts_by_severity["critical"] == 2
+    page = render_page(data, "http://jaeger:16686")
+    assert "<h2>Alerts (2)</h2>" in page and "2 alerts (critical 2); all shown" in page
+    assert "case=hack:&lt;script&gt;, task=task-1" in page and "<script" not in page
+    assert page.count("<td>canary_failed</td>") == 2
+    quiet = render_page(gather(LoggedRun.collect(log.records), RUN), "http://j")
+    assert "No alert was raised." in quiet
+    old = render_page(gather(LoggedRun.collect(log.records), RUN, alerts_read=False), "http://j")
+    assert "The run has no alerts topic" in old
