@@ -2,11 +2,13 @@
 
 One file holds, together: the policy version, the trained tensors (LoRA's A and B, or every parameter),
 the optimizer state, the planner state (next offset per partition, the trajectories waiting in incomplete
-or ready groups, the episodes and groups already accounted for, the counters) and the announcement of
+or ready groups or held for their grader's clearance, the episodes and groups already accounted for, the
+counters; not the run's control state, which is read again from `run.control`) and the announcement of
 that version's weights (sent again after a crash between checkpoint and announcement). It is written to a
 temporary file in the same folder, flushed to disk and renamed over the previous one: a learner killed at
 any moment leaves either the old checkpoint or the new one, never a mixture. Trajectories are kept as
-their Avro bytes (the codec reads old versions).
+their Avro bytes (the codec reads old versions). A checkpoint written before a field of the planner state
+existed loads with that field empty (no held trajectories, a new counter at 0).
 """
 
 from __future__ import annotations
@@ -113,6 +115,7 @@ def planner_to_dict(state: PlannerState, codec: Codec) -> dict[str, Any]:
         "seen": sorted(state.seen),
         "closed": sorted(state.closed),
         "counters": asdict(state.counters),
+        "held": [_arrival(m, codec) for m in state.held.values()],
     }
 
 
@@ -133,6 +136,7 @@ def planner_from_dict(data: dict[str, Any], codec: Codec) -> PlannerState:
         seen=frozenset(data["seen"]),
         closed=frozenset(data["closed"]),
         counters=Counters(**data["counters"]),
+        held={held.episode_id: held for held in (_from_arrival(m, codec) for m in data.get("held", []))},
     )
 
 

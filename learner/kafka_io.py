@@ -1,6 +1,8 @@
 """The learner's Kafka side: the trajectories it reads (`Feed`, `KafkaFeed`: every partition of the run's
 `trajectories.completed` from the checkpointed offsets, no consumer group) turned into planner inputs
-(`inputs`), and the versions it announces on `policy.versions` (`KafkaAnnouncer`).
+(`inputs`), the run's control log it obeys (`ControlFeed`, `KafkaControlFeed`: `run.control` from its
+beginning at every start, then what came since at every poll; `MemoryControlFeed` for tests), and the
+versions it announces on `policy.versions` (`KafkaAnnouncer`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from learner.state import Arrival, Input, Position, Unreadable
 from schemas.codec import Codec, DecodeError, default_codec
 from schemas.origin import Clock
 from schemas.publications import PolicyPublished
-from schemas.topics import POLICY_VERSIONS, TRAJECTORIES_COMPLETED
+from schemas.topics import POLICY_VERSIONS, RUN_CONTROL, TRAJECTORIES_COMPLETED
 from schemas.trajectories import TrajectoryCompleted
 
 log = logging.getLogger(__name__)
@@ -89,6 +91,65 @@ class KafkaFeed:
 
     def close(self) -> None:
         self._consumer.close()
+
+
+class ControlFeed(Protocol):
+    def poll(self) -> list[object]:
+        """The decoded records of `run.control` that came since the last poll (the first: all of them).
+        Raises `KafkaError` when they cannot be read now."""
+        ...
+
+
+class MemoryControlFeed:
+    """A control log in memory: `append` records, `poll` hands out the new ones."""
+
+    def __init__(self, records: Iterable[object] = ()) -> None:
+        self.records: list[object] = list(records)
+        self._read = 0
+
+    def append(self, *records: object) -> None:
+        self.records.extend(records)
+
+    def poll(self) -> list[object]:
+        new, self._read = self.records[self._read :], len(self.records)
+        return new
+
+
+class KafkaControlFeed:
+    """The run's `run.control` (one partition), read from its beginning, then caught up at every poll: the
+    topic is small (a pin, pauses, rules, clearances), and the whole of it is what the learner obeys."""
+
+    def __init__(self, bootstrap: str, run: str, read_timeout_s: float = 10.0) -> None:
+        from streams.kafka.reader import LogReader, ReadError
+
+        self.topic = RUN_CONTROL.of(run)
+        self.read_timeout_s = read_timeout_s
+        self._unreturned: list[object] = []
+        try:
+            self._reader = LogReader(
+                bootstrap, [self.topic], require_topics=True, client_id="trialog-learner"
+            )
+        except ReadError as exc:
+            raise RuntimeError(f"{exc} (create the run's topics first)") from None
+
+    def poll(self) -> list[object]:
+        from kafka.errors import KafkaTimeoutError
+
+        from streams.kafka.reader import ReadError, decoded
+
+        # Records read before an error are kept for the next poll: the reader has gone past them, and the
+        # learner takes in no trajectory until it has the control log up to its end.
+        read = self._unreturned
+        try:
+            for _topic, value in decoded(self._reader.to_end(timeout_s=self.read_timeout_s)):
+                read.append(value)
+        except ReadError as exc:
+            raise KafkaTimeoutError(str(exc)) from None
+        self._unreturned = []
+        return read
+
+    def close(self) -> None:
+        self._reader.close()
 
 
 class KafkaAnnouncer:

@@ -5,7 +5,9 @@ planner, and for the oldest ready groups (up to `groups_per_step`, once a poll's
 builds the samples, takes one training step (`epochs` passes), puts the merged weights in the object
 store, checkpoints (weights, optimizer, offsets, waiting trajectories, the announcement) and
 announces the new version. `learner.loop.run` is the loop around it, over the Kafka feed and announcer of
-`learner.kafka_io`.
+`learner.kafka_io`. It obeys the run's control log (`follow`): each change of the control state is a
+planner input (`Control`), so quarantined trajectories are never trained on and trajectories whose grader
+is not vouched for wait (`learner.state`).
 
 Killed at any moment, a restarted learner resumes from its last checkpoint: trajectories read after it are
 read again, trajectories held in it are restored, an announcement it holds is sent if `policy.versions`
@@ -18,7 +20,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ from typing import Any
 import torch
 from kafka.errors import KafkaError
 
+from actors.guard import control as run_control
 from learner import checkpoint
 from learner.lora import Adaptation, adapt, load_trainable_state, merged_weights, trainable_parameters
 from learner.lora import trainable_state as current_trainable_state
@@ -33,6 +36,8 @@ from learner.publish import Announcer, announce_once, store_weights
 from learner.samples import PromptEncoder, SampleCounts, group_samples
 from learner.state import (
     Arrival,
+    Control,
+    Counters,
     Decision,
     Discarded,
     Dropped,
@@ -108,6 +113,7 @@ class Learner:
         adapt(model, settings.adaptation)
         self.optimizer = torch.optim.AdamW(trainable_parameters(model), lr=settings.lr)
         self.state = PlannerState()
+        self.control = run_control.ControlState(settings.run_id)  # the fold of run.control read so far
         self.published: PolicyPublished | None = None
         self.unannounced: PolicyPublished | None = None  # checkpointed, not yet on policy.versions
         self.activity = Activity()
@@ -146,6 +152,19 @@ class Learner:
             return
         self.unannounced = None
 
+    def follow(self, records: Iterable[object]) -> list[Decision]:
+        """Fold records of `run.control` into the control state; a change is offered to the planner (held
+        trajectories re-examined, waiting ones a new rule matches taken out)."""
+        state = self.control
+        for record in records:
+            state = run_control.apply(state, record)
+        if state is self.control and self.state.control is not None:
+            return []
+        if state.is_paused and not self.control.is_paused and state.paused is not None:
+            log.info("the run is paused (%s); the learner goes on with what it holds", state.paused.reason)
+        self.control = state
+        return self.offer(Control(state))
+
     def offer(self, event: Input, headers: Headers = None) -> list[Decision]:
         """Feed one input to the planner (groups it makes ready wait for `train_ready`, so that a poll's
         records are all taken in before a step: a backlog then trains `groups_per_step` groups at a time).
@@ -153,13 +172,21 @@ class Learner:
         `headers` (the owner's)."""
         if isinstance(event, Arrival):
             with self._consumed(event, headers):
-                self.state, decisions = apply(self.state, event, self.settings.planner)
+                decisions = self._apply(event)
         else:
-            self.state, decisions = apply(self.state, event, self.settings.planner)
+            decisions = self._apply(event)
         for decision in decisions:
             if isinstance(decision, Dropped):
                 log.info("dropped %d trajectories of %s: %s", len(decision.episode_ids), decision.group_key,
                          decision.why.value)  # fmt: skip
+        return decisions
+
+    def _apply(self, event: Input) -> list[Decision]:
+        """The planner's step, its counters' increments counted in the metrics (by outcome)."""
+        before = self.state.counters
+        self.state, decisions = apply(self.state, event, self.settings.planner)
+        if self.state.counters is not before:
+            metrics.learner_outcomes(_increments(before, self.state.counters))
         return decisions
 
     @contextlib.contextmanager
@@ -194,7 +221,7 @@ class Learner:
             self.activity.samples += group_counts
             if not usable:
                 log.warning("group %s has no usable sample (%s); not trained", group.group_key, group_counts)
-                self.state, _ = apply(self.state, Discarded(group.group_key), self.settings.planner)
+                self._apply(Discarded(group.group_key))
                 continue
             groups.append(group)
             samples.extend(usable)
@@ -208,7 +235,7 @@ class Learner:
                                   run_id=self.settings.run_id, version=version,
                                   trajectories=sum(len(g.members) for g in groups))  # fmt: skip
         keys = tuple(g.group_key for g in groups)
-        self.state, decisions = apply(self.state, Trained(keys), self.settings.planner)
+        decisions = self._apply(Trained(keys))
         self._checkpoint(published)
         self.published = self.unannounced = published
         self.announce_pending()
@@ -259,6 +286,7 @@ class Learner:
             "train": asdict(stats),
             "samples": asdict(counts),
             "counters": asdict(self.state.counters),
+            "held": len(self.state.held),  # waiting for their grader's clearance
             "idle_fraction": round(self.activity.idle_fraction(), 4),
         }
         with (self.settings.checkpoint_dir / STATS_FILE).open("a", encoding="utf-8") as out:
@@ -269,3 +297,8 @@ class Learner:
             stats.ratio_mean,
             stats.samples, stats.seconds,
         )  # fmt: skip
+
+
+def _increments(before: Counters, after: Counters) -> dict[str, int]:
+    was = asdict(before)
+    return {name: value - was[name] for name, value in asdict(after).items() if value != was[name]}

@@ -2,6 +2,10 @@
 ready, checkpoint progress when caught up and on a clean stop. The learner assigns itself every partition
 of the topic (no consumer group: one learner per run) and seeks to the checkpointed offsets, so the
 checkpoint alone says what has been consumed.
+
+The run's control log is caught up first in every round (`ControlFeed`: from its beginning at the first),
+before any ready group is trained or any trajectory taken in: a quarantine rule or a clearance that is on
+`run.control` is obeyed before the next training step. While it cannot be read, the learner waits.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import time
 from kafka.errors import KafkaError
 
 from learner.defaults import IDLE_CHECKPOINT_S
-from learner.kafka_io import Feed, inputs
+from learner.kafka_io import ControlFeed, Feed, MemoryControlFeed, inputs
 from learner.learner import Learner
 from learner.state import PlannerState, Tick
 from schemas.origin import Clock
@@ -29,13 +33,21 @@ def run(
     stopping: threading.Event,
     poll_ms: int = 500,
     idle_checkpoint_s: float = IDLE_CHECKPOINT_S,
+    control: ControlFeed | None = None,
 ) -> None:
     """Consume until `stopping` is set: each record of a poll, then a clock tick (group timeouts), then the
     training steps on what is ready. Progress without a training step is checkpointed when a poll finds
     nothing new (at most every `idle_checkpoint_s`) and at the end of a clean stop
-    (`Learner.save_progress`)."""
+    (`Learner.save_progress`). `control`: the run's control log (None: an empty one)."""
+    control = control if control is not None else MemoryControlFeed()
     last_saved = time.monotonic()
     while not stopping.is_set():
+        try:
+            learner.follow(control.poll())
+        except KafkaError as exc:
+            log.warning("cannot read the run's control log (%s); retrying", exc)
+            stopping.wait(RETRY_S)
+            continue
         learner.announce_pending()
         learner.train_ready()  # groups ready in the checkpoint, or held back by an unsent announcement
         try:
@@ -51,17 +63,18 @@ def run(
         if not records and time.monotonic() - last_saved >= idle_checkpoint_s:
             last_saved = time.monotonic()
             if learner.save_progress():
-                log.info("caught up: %s", _accounting(learner.state))
+                log.info("caught up: %s", accounting(learner.state))
     if learner.save_progress():
-        log.info("stopped: %s", _accounting(learner.state))
+        log.info("stopped: %s", accounting(learner.state))
 
 
-def _accounting(state: PlannerState) -> str:
+def accounting(state: PlannerState) -> str:
     """One line saying where every consumed trajectory went, for the log."""
     c = state.counters
     return (
         f"version {state.version}, {sum(state.offsets.values())} records consumed: {c.arrived} trajectories "
         f"({c.trained} trained, {c.stale} stale, {c.all_equal} all-equal, {c.timeout} timed out, {c.late} "
-        f"late, {c.unusable} unusable, {state.waiting} waiting), {c.duplicate} duplicates, "
+        f"late, {c.unusable} unusable, {c.quarantined} quarantined, {c.unpaired} unpaired, {state.waiting} "
+        f"waiting of which {len(state.held)} held for clearance), {c.duplicate} duplicates, "
         f"{c.unreadable} unreadable"
     )

@@ -16,12 +16,22 @@ The rules:
   at least two members with different rewards, and skipped otherwise (counted). Members that arrive for a
   group already closed are counted late and not learned from.
 - An episode seen before (a redelivered trajectory) is counted as a duplicate and ignored.
+- The run's control log (`run.control`, folded by `actors.guard.control`) comes in as `Control`, the whole
+  control state each time it changes. A trajectory a quarantine rule matches is dropped (counted
+  quarantined), when it arrives or, for one waiting in a pending or ready group, when the rule arrives: a
+  ready group that loses members has its advantages recomputed from the members left, or is skipped when
+  they are fewer than two (counted unpaired) or all equal (all-equal). A trajectory whose grader is not
+  vouched for (canary clearance, `ControlState.vouched`) is held, and joins its group once a later
+  control state vouches for it; it is checked then as if it had just arrived (late, stale). No `Control`
+  yet: nothing is quarantined and every grader is vouched for (the learner process reads the control log
+  to its end before it takes in any trajectory).
 - A training step takes the oldest ready groups, up to `groups_per_step` (`next_step`): one group when the
   learner keeps up, several when it has a backlog (after a restart, or behind fast rollouts), which the
   next versions would otherwise age past `max_staleness` one group at a time.
 
 The state also holds the next offset to read per partition: every record before it has been accounted
-for (trained, dropped, skipped, or held in `pending`/`ready`, which the checkpoint stores). Restarting
+for (trained, dropped, skipped, or waiting in `held`/`pending`/`ready`, which the checkpoint stores; the
+control state is not stored: it is read again from `run.control`). Restarting
 from a checkpointed state and those offsets neither loses nor repeats a trajectory.
 """
 
@@ -32,6 +42,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from actors.guard.control import ControlState
 from learner.objective import group_advantages, is_stale
 from schemas.trajectories import TrajectoryCompleted
 
@@ -95,7 +106,14 @@ class Discarded:
     group_key: str
 
 
-Input = Arrival | Unreadable | Tick | Trained | Discarded
+@dataclass(frozen=True, slots=True)
+class Control:
+    """The run's control state now (`actors.guard.control`): quarantine rules and grader clearances."""
+
+    state: ControlState
+
+
+Input = Arrival | Unreadable | Tick | Trained | Discarded | Control
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +138,8 @@ class Why(StrEnum):
     LATE = "late"  # its group was already trained or skipped
     ALL_EQUAL = "all_equal"
     TIMEOUT = "timeout"  # incomplete at its deadline, with nothing to compare
+    QUARANTINED = "quarantined"  # a quarantine rule of run.control matches it
+    UNPAIRED = "unpaired"  # left alone in a ready group whose other members were quarantined
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +180,9 @@ class Counters:
     unusable: int = 0  # trajectories in ready groups that gave no usable sample
     steps: int = 0  # training steps (= policy versions published by this learner)
     partial_steps: int = 0
+    quarantined: int = 0  # trajectories a quarantine rule matched (on arrival or while waiting)
+    unpaired: int = 0  # trajectories left alone in a ready group when the rest were quarantined
+    held: int = 0  # trajectories held for their grader's clearance at arrival (released or not since)
 
     def add(self, **amounts: int) -> Counters:
         return dataclasses.replace(self, **{k: getattr(self, k) + v for k, v in amounts.items()})
@@ -174,6 +197,9 @@ class PlannerState:
     seen: frozenset[str] = frozenset()  # episode ids accounted for
     closed: frozenset[str] = frozenset()  # group keys trained or skipped
     counters: Counters = Counters()
+    # episode id -> a trajectory waiting for its grader to be vouched for (in arrival order)
+    held: Mapping[str, Arrival] = field(default_factory=dict)
+    control: ControlState | None = None  # the run's control state (not checkpointed: read again)
 
     def opened_us(self, group_key: str) -> int:
         """When the group's first member arrived."""
@@ -181,8 +207,9 @@ class PlannerState:
 
     @property
     def waiting(self) -> int:
-        """Trajectories held (pending or ready): the checkpoint carries them."""
-        return sum(len(m) for m in self.pending.values()) + sum(len(g.members) for g in self.ready)
+        """Trajectories waiting (held, pending or ready): the checkpoint carries them."""
+        pending = sum(len(m) for m in self.pending.values())
+        return len(self.held) + pending + sum(len(g.members) for g in self.ready)
 
 
 def apply(state: PlannerState, event: Input, config: PlannerConfig) -> tuple[PlannerState, list[Decision]]:
@@ -202,6 +229,8 @@ def apply(state: PlannerState, event: Input, config: PlannerConfig) -> tuple[Pla
             return dataclasses.replace(
                 state, ready=ready, counters=state.counters.add(unusable=len(group.members))
             ), []
+        case Control(state=control):
+            return _controlled(dataclasses.replace(state, control=control), config)
     raise TypeError(f"not a planner input: {event!r}")
 
 
@@ -219,15 +248,113 @@ def _arrive(
     if episode in state.seen:
         return _counted(state, "duplicate", 1), [Dropped((episode,), Why.DUPLICATE, key)]
     seen = dataclasses.replace(state, seen=state.seen | {episode}, counters=state.counters.add(arrived=1))
+    control = state.control
+    if control is not None and control.quarantine_rule(arrival.trajectory) is not None:
+        return _counted(seen, "quarantined", 1), [Dropped((episode,), Why.QUARANTINED, key)]
+    unvouched = control is not None and not control.vouched(arrival.trajectory)
+    if unvouched and key not in state.closed and not _stale(arrival, state, config):
+        held = dataclasses.replace(seen, held={**state.held, episode: arrival})
+        return _counted(held, "held", 1), []
+    return _join(seen, arrival, config)  # late and stale ones are dropped at once, held or not
+
+
+def _join(
+    state: PlannerState, arrival: Arrival, config: PlannerConfig
+) -> tuple[PlannerState, list[Decision]]:
+    """`arrival` (accounted for, trainable) joins its pending group, which closes when full."""
+    key = arrival.group_key
     if key in state.closed:
-        return _counted(seen, "late", 1), [Dropped((episode,), Why.LATE, key)]
-    if is_stale(arrival.trajectory.min_policy_version, state.version, config.max_staleness):
-        return _counted(seen, "stale", 1), [Dropped((episode,), Why.STALE, key)]
+        return _counted(state, "late", 1), [Dropped((arrival.episode_id,), Why.LATE, key)]
+    if _stale(arrival, state, config):
+        return _counted(state, "stale", 1), [Dropped((arrival.episode_id,), Why.STALE, key)]
     members = (*state.pending.get(key, ()), arrival)
-    grown = dataclasses.replace(seen, pending={**state.pending, key: members})
+    grown = dataclasses.replace(state, pending={**state.pending, key: members})
     if len(members) < config.group_size:
         return grown, []
     return _close(grown, key, partial=False)
+
+
+def _stale(arrival: Arrival, state: PlannerState, config: PlannerConfig) -> bool:
+    return is_stale(arrival.trajectory.min_policy_version, state.version, config.max_staleness)
+
+
+def _controlled(state: PlannerState, config: PlannerConfig) -> tuple[PlannerState, list[Decision]]:
+    """A new control state: quarantine what its rules match among the waiting trajectories (held, pending,
+    ready), then release the held ones it vouches for into their groups, in arrival order."""
+    control = state.control
+    assert control is not None
+    decisions: list[Decision] = []
+    state = _quarantine_held(state, control, decisions)
+    state = _quarantine_pending(state, control, decisions)
+    state = _quarantine_ready(state, control, decisions)
+    released = [arrival for arrival in state.held.values() if control.vouched(arrival.trajectory)]
+    if released:
+        gone = {arrival.episode_id for arrival in released}
+        state = dataclasses.replace(state, held={e: a for e, a in state.held.items() if e not in gone})
+    for arrival in released:
+        state, joined = _join(state, arrival, config)
+        decisions += joined
+    return state, decisions
+
+
+def _quarantine_held(state: PlannerState, control: ControlState, decisions: list[Decision]) -> PlannerState:
+    matched = [a for a in state.held.values() if control.quarantine_rule(a.trajectory) is not None]
+    if not matched:
+        return state
+    for arrival in matched:
+        decisions.append(Dropped((arrival.episode_id,), Why.QUARANTINED, arrival.group_key))
+    gone = {arrival.episode_id for arrival in matched}
+    held = {episode: a for episode, a in state.held.items() if episode not in gone}
+    return dataclasses.replace(state, held=held, counters=state.counters.add(quarantined=len(matched)))
+
+
+def _quarantine_pending(
+    state: PlannerState, control: ControlState, decisions: list[Decision]
+) -> PlannerState:
+    pending: dict[str, tuple[Arrival, ...]] = {}
+    quarantined = 0
+    for key, members in state.pending.items():
+        matched = {m.episode_id for m in members if control.quarantine_rule(m.trajectory) is not None}
+        if matched:
+            ids = tuple(m.episode_id for m in members if m.episode_id in matched)
+            decisions.append(Dropped(ids, Why.QUARANTINED, key))
+            quarantined += len(matched)
+        kept = tuple(m for m in members if m.episode_id not in matched)
+        if kept:
+            pending[key] = kept  # a group that lost members may still fill up
+    if not quarantined:
+        return state
+    return dataclasses.replace(state, pending=pending, counters=state.counters.add(quarantined=quarantined))
+
+
+def _quarantine_ready(state: PlannerState, control: ControlState, decisions: list[Decision]) -> PlannerState:
+    """Ready groups lose the members a rule matches: the advantages are group-relative, so they are
+    recomputed from the members left; fewer than two, or all equal, and the group is skipped."""
+    ready: list[ReadyGroup] = []
+    counters = state.counters
+    for group in state.ready:
+        matched = tuple(
+            m.episode_id for m in group.members if control.quarantine_rule(m.trajectory) is not None
+        )
+        if not matched:
+            ready.append(group)
+            continue
+        decisions.append(Dropped(matched, Why.QUARANTINED, group.group_key))
+        counters = counters.add(quarantined=len(matched))
+        kept = tuple(m for m in group.members if m.episode_id not in matched)
+        advantages = group_advantages([m.trajectory.reward for m in kept])
+        if advantages is None:
+            if kept:
+                why = Why.UNPAIRED if len(kept) < 2 else Why.ALL_EQUAL
+                decisions.append(Dropped(tuple(m.episode_id for m in kept), why, group.group_key))
+                counters = counters.add(**{why.value: len(kept)})
+            continue
+        recomputed = ReadyGroup(group.group_key, kept, tuple(advantages), partial=True)
+        decisions.append(Ready(recomputed))
+        ready.append(recomputed)
+    if counters is state.counters:
+        return state
+    return dataclasses.replace(state, ready=tuple(ready), counters=counters)
 
 
 def _expire(state: PlannerState, now_us: int, config: PlannerConfig) -> tuple[PlannerState, list[Decision]]:

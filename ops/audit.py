@@ -21,16 +21,23 @@ What it checks, per episode (records grouped by the `meta.episode_id` they decod
 * **redone work**: per request kind, the (episode, step) pairs issued with attempt > 1 (re-issued after a
   timeout or a crashed worker).
 
+* **quarantine**: the run's control log (`run.control`, when read: records of that topic are folded by
+  `actors.guard.control`) says which completed trajectories are quarantined, by which rule. Listed, never a
+  finding: a quarantine is the guard working, and the run stays healthy.
+
 A healthy run has no lost episode, no duplicate step and no broken chain (`AuditReport.healthy`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
+from actors.guard import control as run_control
 from ops.log_defaults import DEFAULT_STALE_AFTER_S
 from schemas import topics
 from schemas.chain import digest, verify_chain
@@ -44,9 +51,11 @@ from schemas.events import (
 )
 from schemas.fold import FoldError, fold
 from schemas.requests import PolicyRequest, SandboxRequest, VerifyRequest
+from schemas.run_control import CONTROL_TYPES, TrajectoriesQuarantined
 from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
 
 EVENTS = topics.EPISODE_EVENTS.name
+CONTROL = topics.RUN_CONTROL.name
 Request = PolicyRequest | SandboxRequest | VerifyRequest
 Trajectory = TrajectoryCompleted | TrajectoryFailed
 
@@ -64,7 +73,59 @@ AUDITED_TOPICS: tuple[str, ...] = (
     *(topic for topic, _ in REQUEST_TOPICS.values()),
     *(topic for topic, _ in TRAJECTORY_TOPICS.values()),
 )
-"""The base names of the topics an audit reads (prefix them with `schemas.topics.topic_name`)."""
+"""The base names of the topics an audit reads (prefix them with `schemas.topics.topic_name`); it also folds
+`run.control` (CONTROL) when given its records: a run older than that topic has none."""
+
+
+def format_time(us: int) -> str:
+    """µs since the epoch as ISO-8601 UTC to the second ("-" for an unknown time)."""
+    if us <= 0:
+        return "-"
+    return datetime.fromtimestamp(us / 1e6, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def rule_json(rule: TrajectoriesQuarantined) -> dict[str, Any]:
+    """A quarantine rule as `run status`, `trialog quarantine` and the audit show it."""
+    return {
+        "rule": rule.rule_id,
+        "component": rule.component,
+        "value": rule.value,
+        "since": format_time(rule.since_us) if rule.since_us else None,
+        "until": None if rule.until_us is None else format_time(rule.until_us),
+        "reason": rule.reason,
+        "written_by": f"{rule.meta.producer.kind}:{rule.meta.producer.instance}",
+        "written_at": format_time(rule.meta.occurred_at_us),
+    }
+
+
+@dataclass(frozen=True)
+class Quarantine:
+    """The completed trajectories the run's quarantine rules match, by the first rule that matches each."""
+
+    by_rule: tuple[tuple[TrajectoriesQuarantined, tuple[str, ...]], ...] = ()
+
+    @property
+    def trajectories(self) -> int:
+        return sum(len(episodes) for _, episodes in self.by_rule)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "trajectories": self.trajectories,
+            "rules": [{**rule_json(rule), "episodes": list(episodes)} for rule, episodes in self.by_rule],
+        }
+
+    def lines(self) -> list[str]:
+        if not self.by_rule:
+            return []
+        out = [f"quarantined: {self.trajectories} trajectories by {len(self.by_rule)} rules"]
+        for rule, episodes in self.by_rule:
+            what = "every grade" if rule.component == "any" else f"{rule.component} {rule.value[:19]}"
+            shown = rule_json(rule)
+            window = f" graded {shown['since'] or 'from the start'} to {shown['until'] or 'now'}"
+            window = window if rule.since_us or rule.until_us is not None else ""
+            out.append(f"  {rule.rule_id}: {what}{window}: {len(episodes)} ({rule.reason or 'no reason'})")
+            out.extend(f"    {episode}" for episode in episodes)
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +183,7 @@ class AuditReport:
     redone: dict[str, int]
     errors: tuple[EpisodeError, ...] = ()
     stale_after_s: float = DEFAULT_STALE_AFTER_S
+    quarantine: Quarantine = Quarantine()
 
     @property
     def healthy(self) -> bool:
@@ -152,6 +214,7 @@ class AuditReport:
             "redone": dict(self.redone),
             "stale_after_s": self.stale_after_s,
             "episodes_with_errors": [error.to_json() for error in self.errors],
+            "quarantined": self.quarantine.to_json(),
         }
 
     def table(self) -> str:
@@ -181,6 +244,9 @@ class AuditReport:
         width = max(len(name) for name, _ in rows)
         lines = [f"{name:<{width}}  {value}" for name, value in rows]
         lines.append(f"{'verdict':<{width}}  {'healthy' if self.healthy else 'UNHEALTHY'}")
+        if self.quarantine.by_rule:
+            lines.append("")
+            lines.extend(self.quarantine.lines())
         if self.errors:
             lines.append("")
             lines.append(f"episodes with errors ({len(self.errors)}):")
@@ -219,6 +285,8 @@ class Auditor:
     _redone: dict[str, set[tuple[str, int]]] = field(
         default_factory=lambda: {kind: set() for kind in REQUEST_TOPICS}
     )
+    _control: list[object] = field(default_factory=list)  # run.control records, in log order
+    _graded: dict[str, TrajectoryCompleted] = field(default_factory=dict)  # completed, without steps
 
     def add(self, record: LogRecord) -> None:
         self.records += 1
@@ -227,6 +295,12 @@ class Auditor:
             obj = self.codec.decode(data)
         except DecodeError as err:
             self._bad(record, err.reason.value, str(err))
+            return
+        if record.topic == CONTROL:
+            if not isinstance(obj, CONTROL_TYPES):
+                self._unexpected(record, obj)
+                return
+            self._control.append(obj)
             return
         if record.topic == EVENTS:
             if not isinstance(obj, EPISODE_EVENT_TYPES):
@@ -253,8 +327,10 @@ class Auditor:
                 meta = obj.meta
                 self._touch(meta.episode_id, meta.occurred_at_us)
                 self._trajectories[kind][meta.episode_id] += 1
+                if isinstance(obj, TrajectoryCompleted) and meta.episode_id not in self._graded:
+                    self._graded[meta.episode_id] = dataclasses.replace(obj, steps=())
                 return
-        raise ValueError(f"{record.topic} is not an audited topic ({', '.join(AUDITED_TOPICS)})")
+        raise ValueError(f"{record.topic} is not an audited topic ({', '.join((*AUDITED_TOPICS, CONTROL))})")
 
     def _touch(self, episode_id: str, occurred_at_us: int) -> _Episode:
         episode = self._episodes[episode_id]
@@ -341,7 +417,19 @@ class Auditor:
             redone={kind: len(pairs) for kind, pairs in self._redone.items()},
             errors=tuple(sorted(errors, key=lambda e: (e.episode, e.where, e.kind))),
             stale_after_s=self.stale_after_s,
+            quarantine=self._quarantine(),
         )
+
+    def _quarantine(self) -> Quarantine:
+        # The run is the control log's own (its records name it; the topic is the run's).
+        run = next((str(getattr(r, "run_id", "")) for r in self._control), "")
+        control = run_control.fold(run, self._control)
+        by_rule: dict[str, list[str]] = {rule.rule_id: [] for rule in control.rules}
+        for episode, trajectory in sorted(self._graded.items()):
+            rule = control.quarantine_rule(trajectory)
+            if rule is not None:
+                by_rule[rule.rule_id].append(episode)
+        return Quarantine(tuple((rule, tuple(by_rule[rule.rule_id])) for rule in control.rules))
 
     @staticmethod
     def _duplicates(

@@ -14,8 +14,9 @@ Rules:
   rule's window. Rules only add: nothing un-quarantines, and the log keeps each rule with its reason.
 * A grader (verifier version, image version) is vouched for up to the latest `GraderCleared.up_to_us`.
   With the pin's `hold_for_clearance`, a trajectory is trainable only once its grader is vouched for at or
-  after its grade time; a trajectory that names no versions cannot be vouched for and waits forever (it is
-  held, not trained, which is the safe side).
+  after its grade time; a trajectory that names no versions, or no grade time, cannot be vouched for and
+  waits forever (it is held, not trained, which is the safe side).
+* A version change is kept once per record (a redelivered `VersionChanged` is the same event id).
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ class ControlState:
     paused: RunPaused | None = None  # the pause in force, if any
     resumed: RunResumed | None = None  # the last resume
     rules: tuple[TrajectoriesQuarantined, ...] = ()
-    cleared: Mapping[GraderKey, int] = field(default_factory=dict)  # grader -> vouched up to (us)
+    # grader -> vouched up to (us); left out of the hash (a dict is not hashable), kept in equality
+    cleared: Mapping[GraderKey, int] = field(default_factory=dict, hash=False)
     changes: tuple[VersionChanged, ...] = ()
 
     @property
@@ -70,8 +72,8 @@ class ControlState:
         if not self.holds_for_clearance:
             return True
         versions = trajectory.grade_versions
-        if versions is None:
-            return False
+        if versions is None or trajectory.graded_at_us <= 0:
+            return False  # an unnamed grader or an unknown grade time: nothing can vouch for it
         up_to = self.cleared.get((versions.verifier, versions.image))
         return up_to is not None and up_to >= trajectory.graded_at_us
 
@@ -145,6 +147,8 @@ def apply(state: ControlState, record: object) -> ControlState:
                 return state
             return dataclasses.replace(state, cleared={**state.cleared, key: record.up_to_us})
         case VersionChanged():
+            if any(change.meta.event_id == record.meta.event_id for change in state.changes):
+                return state  # a redelivered change
             return dataclasses.replace(state, changes=(*state.changes, record))
     return state
 

@@ -16,6 +16,8 @@ Rules:
   does not depend on when or how often the scheduler ran; with `round_robin`, group g takes the g-th task
   of the sorted ids (modulo their count), so an evaluation covers every task equally. A group already
   begun keeps the task (and version) of its first command. Each episode's sampling seed comes from (seed, i).
+* Paused: while the run's control state (`run.control`, folded by `actors.guard.control`) is paused,
+  nothing new starts; episodes in flight go on. A `RunResumed` lifts it.
 * Ids and times come from the injected `Origin` (its `IdSource` and `Clock`); nothing else is read.
 """
 
@@ -25,6 +27,7 @@ import random
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from actors.guard import control as run_control
 from actors.scheduler.defaults import DEFAULT_CAPACITY, DEFAULT_GROUP_SIZE, DEFAULT_MAX_STEPS
 from schemas.commands import StartEpisode
 from schemas.common import EpisodeConfig
@@ -83,6 +86,22 @@ class SchedulerState:
     started: dict[str, StartEpisode] = field(default_factory=dict)  # episode id -> its command
     completed: dict[str, float] = field(default_factory=dict)  # episode id -> reward
     failed: dict[str, str] = field(default_factory=dict)  # episode id -> failure class
+    control: run_control.ControlState | None = None  # the run's control log folded (None: nothing read)
+    control_ids: set[str] = field(default_factory=set)  # the control records folded, by event id
+
+    def observe_control(self, record: object, run_id: str) -> None:
+        """Fold a record of `run.control` once (another run's changes nothing). Once: the log is read back
+        from its beginning after the rebuild, and a pause read again after its resume must not pause."""
+        event_id = getattr(getattr(record, "meta", None), "event_id", None)
+        if event_id is not None:
+            if event_id in self.control_ids:
+                return
+            self.control_ids.add(event_id)
+        self.control = run_control.apply(self.control or run_control.ControlState(run_id), record)
+
+    @property
+    def paused(self) -> bool:
+        return self.control is not None and self.control.is_paused
 
     def observe_task(self, published: TaskPublished) -> None:
         self.tasks[published.task_id] = TaskRef.of(published)
@@ -137,7 +156,7 @@ def _group_members(started: Iterable[StartEpisode], group_id: str) -> list[Start
 def decide(state: SchedulerState, target: Target, origin: Origin) -> list[StartEpisode]:
     """The StartEpisode commands to send now (the caller sends them, then `observe_start`s each)."""
     commands: list[StartEpisode] = []
-    if not state.tasks:
+    if not state.tasks or state.paused:
         return commands
     started = list(state.started.values())
     in_flight = state.in_flight
@@ -168,6 +187,18 @@ def decide(state: SchedulerState, target: Target, origin: Origin) -> list[StartE
         index += 1
         in_flight += 1
     return commands
+
+
+def pause_notice(was_paused: bool, state: SchedulerState, target: Target) -> str | None:
+    """The line for stderr when the run became paused or resumed since `was_paused` (None: no change)."""
+    control = state.control
+    if control is None or control.is_paused == was_paused:
+        return None
+    run = target.run_id or "''"
+    if control.paused is not None:
+        return f"paused: {control.paused.reason}; resume with trialog run resume {run}"
+    reason = control.resumed.reason if control.resumed is not None else ""
+    return f"resumed{f': {reason}' if reason else ''}; starting episodes again"
 
 
 def progress(state: SchedulerState, target: Target) -> str:

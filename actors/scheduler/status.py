@@ -1,30 +1,43 @@
 """A run's status, folded from its topics: `episode.commands`, `episode.events`, the trajectories and the
-alerts (counted by severity, the last few shown).
+run's control log (`run.control`: paused or not, pinned or not, quarantine rules, version changes)
+and its alerts (counted by severity, the last few shown).
 
-Pure (`RunStatus.observe` takes decoded records, in any order, duplicates included); `read_status` reads
-the topics of a run from the beginning to their current end.
+Pure (`RunStatus.observe` takes decoded records, in any order, duplicates included, except that control
+records fold in their log order); `read_status` reads the topics of a run from the beginning to their
+current end (a run older than `run.control` reads without it).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from actors.guard import control as run_control
 from actors.guard.alerts import alert_json, alert_line, by_severity
 from schemas.alerts import Alert
 from schemas.commands import StartEpisode
 from schemas.events import EpisodeCompleted, EpisodeFailed, EpisodeStarted
+from schemas.run_control import CONTROL_TYPES
 from schemas.topics import (
     ALERTS,
     EPISODE_COMMANDS,
     EPISODE_EVENTS,
+    RUN_CONTROL,
     TRAJECTORIES_COMPLETED,
     TRAJECTORIES_FAILED,
 )
 from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
 
-STATUS_TOPICS = (EPISODE_COMMANDS, EPISODE_EVENTS, TRAJECTORIES_COMPLETED, TRAJECTORIES_FAILED, ALERTS)
+STATUS_TOPICS = (
+    EPISODE_COMMANDS,
+    EPISODE_EVENTS,
+    TRAJECTORIES_COMPLETED,
+    TRAJECTORIES_FAILED,
+    ALERTS,
+    RUN_CONTROL,
+)
 LAST_ALERTS = 5  # shown by `run status`; `trialog alerts RUN` lists them all
 
 
@@ -37,10 +50,17 @@ class RunStatus:
     failed: dict[str, str] = field(default_factory=dict)  # episode -> failure class
     published_completed: set[str] = field(default_factory=set)  # on trajectories.completed
     published_failed: set[str] = field(default_factory=set)  # on trajectories.failed
+    control: run_control.ControlState | None = None
+    # The completed trajectories without their steps: matched against the quarantine rules at the end (a
+    # rule may come after the trajectories it names).
+    graded: dict[str, TrajectoryCompleted] = field(default_factory=dict)
     alerts: dict[str, Alert] = field(default_factory=dict)  # alert id -> alert, in the order written
 
     def observe(self, value: object) -> None:
         """Fold one decoded record; records of other runs and other types are ignored."""
+        if isinstance(value, CONTROL_TYPES):
+            self.control = run_control.apply(self.control or run_control.ControlState(self.run_id), value)
+            return
         if isinstance(value, StartEpisode):
             if value.run_id == self.run_id:
                 self.commanded.add(value.episode_id)
@@ -62,6 +82,7 @@ class RunStatus:
         elif isinstance(value, TrajectoryCompleted):
             self.published_completed.add(episode)
             self.completed.setdefault(episode, (value.reward, value.verdict.value))
+            self.graded.setdefault(episode, dataclasses.replace(value, steps=()))
         elif isinstance(value, TrajectoryFailed):
             self.published_failed.add(episode)
             self.failed.setdefault(episode, value.failure.value)
@@ -74,6 +95,26 @@ class RunStatus:
     @property
     def in_flight(self) -> set[str]:
         return (self.commanded | self.started) - set(self.completed) - set(self.failed)
+
+    @property
+    def quarantined(self) -> int:
+        """Completed trajectories a quarantine rule matches."""
+        control = self.control
+        if control is None or not control.rules:
+            return 0
+        return sum(1 for t in self.graded.values() if control.quarantine_rule(t) is not None)
+
+    def guard_json(self) -> dict[str, Any]:
+        control = self.control or run_control.ControlState(self.run_id)
+        shown = control.to_json()
+        return {
+            "paused": control.is_paused,
+            "pause_reason": shown["paused"],
+            "pinned": control.pinned is not None,
+            "quarantine_rules": len(control.rules),
+            "quarantined": self.quarantined,
+            "version_changes": shown["version_changes"],
+        }
 
     @property
     def mean_reward(self) -> float | None:
@@ -110,6 +151,7 @@ class RunStatus:
                 "by_severity": by_severity(list(self.alerts.values())),
                 "last": [alert_json(alert) for alert in self.last_alerts],
             },
+            "guard": self.guard_json(),
         }
 
     def line(self) -> str:
@@ -121,6 +163,23 @@ class RunStatus:
             f"completed {data['completed']}, failed {data['failed']}{f' ({failed})' if failed else ''}, "
             f"in flight {data['in_flight']}, mean reward {mean}{self._alerts_line()}"
         )
+
+    def guard_lines(self) -> list[str]:
+        """What the run's control log says, for `run status` (nothing for a run without one)."""
+        if self.control is None:
+            return []
+        guard = self.guard_json()
+        paused = f"PAUSED ({guard['pause_reason']})" if guard["paused"] else "not paused"
+        pinned = "pinned" if guard["pinned"] else "not pinned"
+        lines = [
+            f"  {paused}; {pinned}; {guard['quarantine_rules']} quarantine rules, {guard['quarantined']} "
+            f"completed trajectories quarantined; {len(guard['version_changes'])} version changes"
+        ]
+        for change in guard["version_changes"]:
+            task = f" (task {change['task']})" if change["task"] else ""
+            was, seen = change["pinned"][:19], change["seen"][:19]
+            lines.append(f"  version changed: {change['component']}{task} {was} -> {seen}")
+        return lines
 
     def _alerts_line(self) -> str:
         """Nothing without alerts; else their counts by severity, then the last few, one per line."""

@@ -2,10 +2,11 @@
 
 On start it rebuilds its state from the log, so a restart never starts extra episodes: the tasks (the
 compacted `tasks` topic), every StartEpisode of the run already on `episode.commands` and every ended
-episode on `trajectories.completed` / `trajectories.failed`, each read from the beginning. Then it
-follows the trajectory topics (partitions assigned by hand, offsets committed under the group
-`<run>.trialog-scheduler` for visibility) and the tasks topic, and sends what `core.decide` asks for,
-each command acknowledged (acks=all) before it counts as started. It exits 0 once N episodes have ended.
+episode on `trajectories.completed` / `trajectories.failed`, and the run's control log (`run.control`),
+each read from the beginning. Then it follows the trajectory topics, the control log (partitions assigned
+by hand, offsets committed under the group `<run>.trialog-scheduler` for visibility) and the tasks topic,
+and sends what `core.decide` asks for, each command acknowledged (acks=all) before it counts as started.
+While the run is paused it sends nothing and says so once on stderr. It exits 0 once N episodes have ended.
 
 Kafka unreachable (a broker restart): at start-up it waits for the broker (`streams.kafka.serving.connected`);
 afterwards a command's send is waited for until the broker acknowledges it (never sent again, which could
@@ -24,12 +25,13 @@ from typing import Any
 
 from kafka.errors import KafkaError, KafkaTimeoutError
 
-from actors.scheduler.core import SchedulerState, Target, decide, progress
+from actors.scheduler.core import SchedulerState, Target, decide, pause_notice, progress
 from schemas.codec import default_codec
 from schemas.commands import StartEpisode
 from schemas.origin import Origin
 from schemas.publications import TaskPublished
-from schemas.topics import EPISODE_COMMANDS, TASKS, TRAJECTORIES, topic_name
+from schemas.run_control import CONTROL_TYPES
+from schemas.topics import EPISODE_COMMANDS, RUN_CONTROL, TASKS, TRAJECTORIES, topic_name
 from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
 from streams.kafka.reader import assign_all, decoded, read_to_end
 from streams.kafka.serving import METADATA_MAX_AGE_MS, connected, poll
@@ -68,7 +70,9 @@ class SchedulerProcess:
         self.state = SchedulerState()
         self.stopping = threading.Event()
         run = settings.target.run_id
-        self.topics = {topic: topic.of(run) for topic in (TASKS, EPISODE_COMMANDS, *TRAJECTORIES)}
+        self.topics = {
+            topic: topic.of(run) for topic in (TASKS, EPISODE_COMMANDS, *TRAJECTORIES, RUN_CONTROL)
+        }
         self.sent = 0  # commands this process sent
 
     def observe(self, value: object) -> None:
@@ -79,6 +83,8 @@ class SchedulerProcess:
             self.state.observe_start(value, run)
         elif isinstance(value, (TrajectoryCompleted, TrajectoryFailed)):
             self.state.observe_trajectory(value, run)
+        elif isinstance(value, CONTROL_TYPES):
+            self.state.observe_control(value, run)
 
     def rebuild(self) -> None:
         """The state the log holds now: tasks, the run's StartEpisode commands, its ended episodes."""
@@ -103,7 +109,11 @@ class SchedulerProcess:
         )
         producer = KafkaProducer(bootstrap_servers=settings.bootstrap, acks="all")
         try:
-            follow = [self.topics[TASKS], *(self.topics[topic] for topic in TRAJECTORIES)]
+            follow = [
+                self.topics[TASKS],
+                *(self.topics[topic] for topic in TRAJECTORIES),
+                self.topics[RUN_CONTROL],
+            ]
             # Everything up to now was read by `rebuild`; following from the beginning again is harmless
             # (every observation is idempotent) and cannot miss what arrived in between.
             assign_all(consumer, follow)
@@ -117,7 +127,11 @@ class SchedulerProcess:
         codec = default_codec()
         waiting_since = time.monotonic()
         last = ""
+        was_paused = False
         while not self.stopping.is_set():
+            if (notice := pause_notice(was_paused, self.state, target)) is not None:
+                self.say(f"scheduler {target.run_id}: {notice}")  # once per pause, once per resume
+                was_paused = self.state.paused
             if self.state.done(target):
                 self.say(f"{progress(self.state, target)}: done")
                 return 0

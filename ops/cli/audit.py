@@ -7,6 +7,10 @@ starts (records appended meanwhile are left for the next audit). Progress goes t
 With `--recheck` it also reads the run's `tasks` topic and grades every completed episode's final snapshot
 again, in fresh sandboxes, with the task's frozen tests from its bundle in the object store (`ops.recheck`).
 
+It also reads the run's control log (`run.control`, when the run has one) and lists the quarantined
+completed trajectories by rule ("quarantined: N trajectories by K rules"; in --json the episode ids per
+rule). A quarantine never makes the audit unhealthy.
+
 With `--bundle DIR` it reads the run from a run bundle (`trialog bundle RUN DIR`) instead of Kafka, and its
 blobs from the bundle's own store: no Kafka, no run store; `--recheck` then needs only Docker.
 
@@ -180,13 +184,17 @@ class Progress:
 def read_bundle(
     bundle: Bundle, *, progress: Callable[[int, int], None] | None = None, extra: Sequence[str] = ()
 ) -> Iterator[LogRecord]:
-    """`read_run` from a run bundle: the audited topics' records (and `extra` ones'), topic after topic.
-    Raises `ops.run_bundle.BundleError` when the bundle lacks one of them or a file cannot be read."""
-    from ops.audit import AUDITED_TOPICS
+    """`read_run` from a run bundle: the audited topics' records (and `extra` ones'), topic after topic,
+    then `run.control`'s (none in a bundle of a run older than that topic). Raises
+    `ops.run_bundle.BundleError` when the bundle lacks one of the others or a file cannot be read."""
+    from itertools import chain
+
+    from ops.audit import AUDITED_TOPICS, CONTROL
 
     bases = (*AUDITED_TOPICS, *extra)
-    total = bundle.count(bases)
-    for done, record in enumerate(bundle.records(bases), start=1):
+    total = bundle.count((*bases, CONTROL))
+    records = chain(bundle.records(bases), bundle.records([CONTROL], require=False))
+    for done, record in enumerate(records, start=1):
         yield record
         if progress is not None:
             progress(done, total)
@@ -201,9 +209,11 @@ def read_run(
     extra: Sequence[str] = (),
 ) -> Iterator[LogRecord]:
     """Every record of the run's audited topics (and of `extra` ones), from the beginning to the end offsets
-    at the start, each partition in offset order. Raises `ops.runlog.LogReadError` when Kafka cannot be
-    reached or a topic is missing."""
+    at the start, each partition in offset order, then those of its `run.control` (none for a run older than
+    that topic). Raises `ops.runlog.LogReadError` when Kafka cannot be reached or a topic is missing."""
     from ops.audit import AUDITED_TOPICS
+    from ops.guard_log import read_control_records
     from ops.runlog import read_topics
 
-    return read_topics(bootstrap, run, (*AUDITED_TOPICS, *extra), timeout_s=timeout_s, progress=progress)
+    yield from read_topics(bootstrap, run, (*AUDITED_TOPICS, *extra), timeout_s=timeout_s, progress=progress)
+    yield from read_control_records(bootstrap, run, timeout_s)

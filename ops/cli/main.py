@@ -17,6 +17,7 @@ from ops.cli import (
     kit,
     model,
     objects,
+    quarantine,
     replay,
     report,
     reproduce,
@@ -42,6 +43,7 @@ COMMAND_GROUPS: tuple[Callable[[kit.Subparsers], None], ...] = (
     demo.register,
     objects.register,
     bundle.register,
+    quarantine.register,
 )
 # The worker process kinds under `trialog worker`, added the same way.
 WORKER_GROUPS: tuple[Callable[[kit.Subparsers], None], ...] = (

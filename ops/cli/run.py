@@ -7,7 +7,10 @@ rollout, verifier: `python -m ops.cli worker KIND --run RUN --bootstrap ...`, ea
 group `<run>.trialog-<kind>`, sandbox and verifier on the stack's object store, logs under
 `$TRIALOG_HOME/runs/<run>/`), and stops them (SIGTERM, then SIGKILL after a grace period) when the
 scheduler is done. `run status RUN` folds the run's topics into counts (started, completed, failed by
-class, in flight) and the mean reward.
+class, in flight) and the mean reward, with what its control log says (paused, pinned, quarantine rules
+and quarantined trajectories, version changes). `run pause RUN --reason TEXT` and `run resume RUN` write a
+RunPaused / RunResumed on `<run>.run.control` (acks=all, waited): the scheduler starts no episode while
+the run is paused.
 
 Both answer within seconds, with what to run, when Kafka (or, for `--spawn` and `--validate`, Docker) is
 not there. `register(subparsers)` adds the `run` command group to the `trialog` parser.
@@ -22,6 +25,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,6 +39,8 @@ if TYPE_CHECKING:
     from actors.scheduler.worker import SchedulerProcess, SchedulerSettings
     from ops.progress import ProgressBar
     from ops.run_workers import Workers
+    from schemas.common import RecordMeta
+    from schemas.run_control import ControlRecord
 
 POLICIES = ("scripted", "random", "llm")
 
@@ -94,6 +100,33 @@ def register(subparsers: kit.Subparsers) -> None:
     kit.add_run(status, positional=True)
     kit.add_json(status)
     kit.add_bootstrap(status)
+
+    pause = kit.command(
+        commands,
+        "pause",
+        "pause a run: the scheduler starts no new episode until `trialog run resume RUN`",
+        handler=_cmd_run_pause,
+        examples=(
+            "trialog run pause RUN --reason 'verifier image suspect'",
+            "trialog run pause RUN --reason x --json",
+        ),
+    )
+    kit.add_run(pause, positional=True)
+    pause.add_argument("--reason", required=True, metavar="TEXT", help="why, kept in the run's control log")
+    kit.add_json(pause)
+    kit.add_bootstrap(pause)
+
+    resume = kit.command(
+        commands,
+        "resume",
+        "resume a paused run (a run that is not paused is left as it is)",
+        handler=_cmd_run_resume,
+        examples=("trialog run resume RUN", "trialog run resume RUN --reason 'image fixed' --json"),
+    )
+    kit.add_run(resume, positional=True)
+    resume.add_argument("--reason", default="", metavar="TEXT", help="why, kept in the run's control log")
+    kit.add_json(resume)
+    kit.add_bootstrap(resume)
 
 
 def read_status(bootstrap: str, run: str) -> RunStatus:
@@ -203,5 +236,65 @@ def _since(started: float) -> str:
 
 def _cmd_run_status(args: argparse.Namespace) -> int:
     status = read_status(kit.require_kafka(kit.bootstrap_of(args)), args.run)
-    print(json.dumps(status.to_json(), indent=2) if args.json else status.line())
+    if args.json:
+        print(json.dumps(status.to_json(), indent=2))
+    else:
+        print("\n".join([status.line(), *status.guard_lines()]))
     return kit.EXIT_OK
+
+
+def _cmd_run_pause(args: argparse.Namespace) -> int:
+    from schemas.run_control import RunPaused
+
+    def record(meta: RecordMeta) -> RunPaused:
+        return RunPaused(meta, args.run, args.reason)
+
+    return _control(args, pausing=True, make=record)
+
+
+def _cmd_run_resume(args: argparse.Namespace) -> int:
+    from schemas.run_control import RunResumed
+
+    def record(meta: RecordMeta) -> RunResumed:
+        return RunResumed(meta, args.run, args.reason)
+
+    return _control(args, pausing=False, make=record)
+
+
+def _control(args: argparse.Namespace, *, pausing: bool, make: Callable[[RecordMeta], ControlRecord]) -> int:
+    """Write a pause or a resume on the run's control log, unless the run already is so (said, exit 0)."""
+    from ops.cli.run_log_args import log_errors
+    from ops.guard_log import ControlWriter, operator_meta, read_control
+
+    bootstrap = kit.require_kafka(kit.bootstrap_of(args))
+    with log_errors():
+        control = read_control(bootstrap, args.run)
+    if control.is_paused == pausing:
+        reason = control.paused.reason if control.paused is not None else ""
+        line = f"run {args.run} is already paused ({reason})" if pausing else f"run {args.run} is not paused"
+        _said(args, written=False, paused=control.is_paused, line=f"{line}: nothing written")
+        return kit.EXIT_OK
+    written = make(operator_meta(int(time.time() * 1_000_000)))
+    writer = ControlWriter(bootstrap, args.run)
+    try:
+        writer.write(written)
+    except Exception as exc:  # kafka-python's errors: nothing is in the log
+        raise StackError(
+            f"could not write on {writer.topic}: {exc!r}", "check the stack: trialog status"
+        ) from None
+    finally:
+        writer.close()
+    line = (
+        f"run {args.run} paused ({args.reason}): no new episode until trialog run resume {args.run}"
+        if pausing
+        else f"run {args.run} resumed"
+    )
+    _said(args, written=True, paused=pausing, line=line)
+    return kit.EXIT_OK
+
+
+def _said(args: argparse.Namespace, *, written: bool, paused: bool, line: str) -> None:
+    if args.json:
+        print(json.dumps({"run": args.run, "paused": paused, "written": written, "message": line}))
+    else:
+        print(line)

@@ -51,7 +51,8 @@ def assign_all(consumer: Any, topics: Sequence[str]) -> list[Any]:
 class LogReader:
     """Every partition of `topics`, from `start` (offsets by (topic, partition)), else from the first
     record at or after `since_ms` (ms since the epoch), else from the beginning. `require_topics`: raise
-    `ReadError` when a topic does not exist (instead of reading its partition 0, which yields nothing)."""
+    `ReadError` when a topic does not exist (instead of reading its partition 0, which yields nothing);
+    `skip_missing`: leave out a topic that does not exist (a topic newer than the run, e.g. `run.control`)."""
 
     def __init__(
         self,
@@ -63,6 +64,7 @@ class LogReader:
         require_topics: bool = False,
         client_id: str = "trialog-reader",
         connect_timeout_s: float = 10.0,
+        skip_missing: bool = False,
     ) -> None:
         from kafka import KafkaConsumer
 
@@ -78,6 +80,9 @@ class LogReader:
             bootstrap_timeout_ms=int(connect_timeout_s * 1000),
         )
         try:
+            if skip_missing:
+                existing = self.consumer.topics()
+                topics = [name for name in topics if name in existing]
             self.partitions = self._assign(topics, require_topics)
             begin = self._begin(since_ms)
             for tp in self.partitions:
@@ -177,11 +182,13 @@ def read_records(
     require_topics: bool = False,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     progress: Callable[[int, int], None] | None = None,
+    skip_missing: bool = False,
 ) -> Iterator[Any]:
     """The raw records of `topics` now (one `LogReader.to_end`), each partition in offset order."""
     with LogReader(
-        bootstrap, topics, start=start, since_ms=since_ms, require_topics=require_topics
-    ) as reader:
+        bootstrap, topics, start=start, since_ms=since_ms, require_topics=require_topics,
+        skip_missing=skip_missing,
+    ) as reader:  # fmt: skip
         yield from reader.to_end(timeout_s=timeout_s, progress=progress)
 
 

@@ -17,6 +17,7 @@ The instruments (OpenTelemetry names; `ops.telemetry.prometheus` serves them as 
 | trialog.tamper.detections | counter | | the owner, per reward with verdict tampered |
 | trialog.deadletters | counter | reason, source | whoever dead-letters a record |
 | trialog.weights.refused | counter | reason, source | a rollout hot swap, per refused announcement or file |
+| trialog.learner.trajectories | counter | outcome (trained, quarantined, held, ...) | the learner |
 | trialog.alerts | counter | rule, severity | the guard, per alert raised |
 | trialog.alert.webhook.failures | counter | outcome (retried, dropped) | the guard's webhook, per failure |
 
@@ -47,6 +48,7 @@ FAILURES = "trialog.failures"
 TAMPER_DETECTIONS = "trialog.tamper.detections"
 DEADLETTERS = "trialog.deadletters"
 WEIGHTS_REFUSED = "trialog.weights.refused"
+LEARNER_TRAJECTORIES = "trialog.learner.trajectories"
 ALERTS = "trialog.alerts"
 WEBHOOK_FAILURES = "trialog.alert.webhook.failures"
 
@@ -58,6 +60,7 @@ COUNTERS = {
     DEADLETTERS: "records sent to deadletter, by reason",
     WEIGHTS_REFUSED: "policy announcements or weights files refused by a hot swap, by reason",
     REWARDS: "rewards assigned, by verdict",
+    LEARNER_TRAJECTORIES: "trajectories the learner took in, by outcome (its planner's counters)",
     ALERTS: "alerts raised, by rule and severity",
     WEBHOOK_FAILURES: "alert webhook posts that failed, by outcome (retried, dropped)",
 }
@@ -165,6 +168,13 @@ def dead_letter(reason: str, source: str) -> None:
 def weights_refused(reason: str, source: str) -> None:
     """A policy announcement or its weights refused (the model kept the weights it had)."""
     _installed.add(WEIGHTS_REFUSED, 1, {"reason": reason, "source": source})
+
+
+def learner_outcomes(counts: dict[str, int]) -> None:
+    """What the learner's planner just counted (`learner.state.Counters` increments, by counter name)."""
+    for outcome, count in counts.items():
+        if count:
+            _installed.add(LEARNER_TRAJECTORIES, count, {"outcome": outcome})
 
 
 class ConsumerLag:

@@ -3,7 +3,9 @@
 `register(subparsers)` adds the `learner` command to a `worker` command group. One learner per run: it
 reads every partition itself and keeps its position in its checkpoint (`--checkpoint-dir`), so a restarted
 learner resumes exactly where its last checkpoint was taken. New versions go to the object store
-(`--objects`, the folder the rollout workers read) and to `policy.versions`.
+(`--objects`, the folder the rollout workers read) and to `policy.versions`. It obeys the run's control
+log (`run.control`, read from its beginning at every start): quarantined trajectories are never trained on,
+and with the pin's hold for clearance a trajectory waits until canaries vouch for its grader.
 """
 
 from __future__ import annotations
@@ -112,7 +114,7 @@ def device_of(name: str) -> str:
 def _cmd_worker_learner(args: argparse.Namespace) -> int:
     import torch
 
-    from learner.kafka_io import KafkaAnnouncer, KafkaFeed
+    from learner.kafka_io import KafkaAnnouncer, KafkaControlFeed, KafkaFeed
     from learner.learner import Learner, LearnerSettings
     from learner.loop import run
     from learner.lora import Adaptation
@@ -153,13 +155,16 @@ def _cmd_worker_learner(args: argparse.Namespace) -> int:
                       Origin.system("learner", args.instance))  # fmt: skip
     resumed = learner.resume()
     feed = KafkaFeed(bootstrap, args.run, learner.state.offsets)
+    control = KafkaControlFeed(bootstrap, args.run)
     kit.worker_logging()
     where = "resumed at version " if resumed else "starting at version "
     say(f"learner {args.instance}: {feed.topic} on {bootstrap}, {where}{learner.state.version}")
     try:
         with kit.stop_on_signals() as stopping:
-            run(learner, feed, SystemClock(), stopping, idle_checkpoint_s=args.idle_checkpoint_s)
+            run(learner, feed, SystemClock(), stopping, idle_checkpoint_s=args.idle_checkpoint_s,
+                control=control)  # fmt: skip
     finally:
+        control.close()
         feed.close()
         announcer.close()
     return kit.EXIT_OK

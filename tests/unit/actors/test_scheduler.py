@@ -159,3 +159,40 @@ def test_the_worker_command_parses_its_options() -> None:
     assert target == Target("r1", 5, group_size=2, capacity=4, seed=9, max_steps=8)
     turns = parser.parse_args(["scheduler", "--episodes", "2", "--round-robin"])
     assert target_of(turns, turns.run).round_robin
+
+
+# -- paused by the run's control log -------------------------------------------------------------------
+
+
+def test_nothing_starts_while_the_run_is_paused_and_a_resume_lets_it_go_on() -> None:
+    from actors.scheduler.core import pause_notice
+    from tests.unit.actors.guard_records import paused, resumed
+
+    state, target, origin = _state("a"), Target(RUN, 4, capacity=4), fixed_origin("scheduler")
+    first = decide(state, target, origin)[:2]
+    _send(state, first)
+    assert pause_notice(False, state, target) is None  # nothing read from run.control yet
+    pause = paused("canary c1 graded 1.0 instead of 0.0")
+    state.observe_control(pause, RUN)
+    assert decide(state, target, origin) == []
+    assert pause_notice(False, state, target) == (
+        f"paused: canary c1 graded 1.0 instead of 0.0; resume with trialog run resume {RUN}"
+    )
+    assert pause_notice(True, state, target) is None  # said once
+    state.observe_trajectory(_completed(first[0].episode_id), RUN)  # in flight ones still end
+    assert decide(state, target, origin) == []
+    resume = resumed("verifier fixed")
+    state.observe_control(resume, RUN)
+    assert len(decide(state, target, origin)) == 2
+    assert pause_notice(True, state, target) == "resumed: verifier fixed; starting episodes again"
+    # The control log read back from its beginning (the worker's follow after its rebuild) changes nothing.
+    state.observe_control(pause, RUN)
+    assert not state.paused and len(decide(state, target, origin)) == 2
+
+
+def test_another_runs_pause_does_not_pause_this_one() -> None:
+    from tests.unit.actors.guard_records import paused
+
+    state, target = _state("a"), Target(RUN, 2)
+    state.observe_control(paused(run="other"), RUN)
+    assert not state.paused and len(decide(state, target, fixed_origin("scheduler"))) == 2

@@ -70,10 +70,47 @@ def test_the_status_counts_each_episode_once_by_outcome() -> None:
         "verdicts": {"partial": 1, "pass": 1},
         "trajectories": {"completed": 2, "failed": 1},
         "alerts": {"count": 0, "by_severity": {"critical": 0, "warning": 0, "info": 0}, "last": []},
+        "guard": {
+            "paused": False,
+            "pause_reason": None,
+            "pinned": False,
+            "quarantine_rules": 0,
+            "quarantined": 0,
+            "version_changes": [],
+        },
     }
     assert "failed 1 (step_limit 1), in flight 1, mean reward 0.650" in status.line()
     assert "alerts" not in status.line()
+    assert status.guard_lines() == []  # no control log read: nothing to say
     assert RunStatus("empty").to_json()["mean_reward"] is None
+
+
+def test_the_status_says_what_the_control_log_says() -> None:
+    from tests.unit.actors.guard_records import IMAGE, changed, graded, paused, pinned, rule
+
+    trajectories = [
+        graded(TrajectoryCompleted(_meta(e), "g", "Fix.", (), 1.0, Verdict.PASS, 1, 1, 0, 0))
+        for e in ("e1", "e2")
+    ]
+    status = RunStatus(RUN).observe_all(
+        [
+            pinned(),
+            trajectories[0],
+            rule("image", IMAGE),  # a rule matches trajectories before and after it
+            trajectories[1],
+            rule("verifier", "ff" * 32, rule_id="rule-2"),
+            paused("canary c1 graded wrongly"),
+            changed("image"),
+            paused(run="other"),
+        ]
+    )
+    guard = status.to_json()["guard"]
+    assert guard["paused"] is True and guard["pause_reason"] == "canary c1 graded wrongly"
+    assert (guard["pinned"], guard["quarantine_rules"], guard["quarantined"]) == (True, 2, 2)
+    assert [c["component"] for c in guard["version_changes"]] == ["image"]
+    [summary, change] = status.guard_lines()
+    assert "PAUSED (canary c1 graded wrongly); pinned; 2 quarantine rules, 2 completed" in summary
+    assert "1 version changes" in summary and change.startswith("  version changed: image sha256:")
 
 
 def test_the_status_counts_alerts_by_severity_and_shows_the_last_few() -> None:
@@ -251,3 +288,42 @@ def test_a_killed_worker_is_no_longer_watched_and_starts_again_on_the_same_log(t
     assert log.read_text().count("up") == 2  # appended, not truncated
     assert workers.processes["learner"] is not first and workers.dead() == {}
     assert set(workers.stop(grace_s=5.0)) == {"learner", "other"}
+
+
+def test_the_loop_sends_nothing_while_paused_says_so_once_and_goes_on_when_resumed() -> None:
+    from tests.unit.actors.guard_records import paused, resumed
+
+    said: list[str] = []
+    process = SchedulerProcess(
+        SchedulerSettings("unused", Target(RUN, 2)), fixed_origin("scheduler"), said.append
+    )
+    bundle = BlobRef(hashlib.sha256(b"x").hexdigest(), 1)
+    meta = RecordMeta("pub", 1, Producer("tasks", "t"))
+    process.observe(TaskPublished(meta, "task-1", "v1", "Fix.", "img", 30.0, "pytest", None, (), bundle))
+    process.observe(paused("canary c1 graded wrongly", run=RUN))
+
+    class Consumer(FakeConsumer):
+        polls = 0
+
+        def poll(self, timeout_ms: int) -> dict[str, list[Any]]:
+            self.polls += 1
+            if self.polls == 3:  # an operator resumes the run while the scheduler waits
+                self.queue.append(_Record(default_codec().encode(resumed("fixed", run=RUN))))
+            return super().poll(timeout_ms)
+
+    consumer = Consumer()
+
+    def on_send(command: StartEpisode) -> None:
+        assert consumer.polls >= 3  # nothing before the resume
+        trajectory = TrajectoryCompleted(
+            _meta(command.episode_id), "g", "Fix.", (), 1.0, Verdict.PASS, 1, 1, 0, 0
+        )
+        consumer.queue.append(_Record(default_codec().encode(trajectory)))
+
+    assert process._loop(consumer, FakeProducer(on_send)) == 0
+    notices = [line for line in said if "paused" in line or "resumed" in line]
+    assert notices == [
+        f"scheduler {RUN}: paused: canary c1 graded wrongly; resume with trialog run resume {RUN}",
+        f"scheduler {RUN}: resumed: fixed; starting episodes again",
+    ]
+    assert process.sent == 2

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import torch
@@ -7,6 +8,7 @@ import torch
 from learner import checkpoint, testing
 from learner.state import Arrival, PlannerConfig, PlannerState, Position, apply
 from schemas.blobs import BlobRef
+from schemas.codec import default_codec
 from schemas.common import Producer, RecordMeta
 from schemas.publications import PolicyPublished
 
@@ -77,3 +79,46 @@ def test_a_write_interrupted_before_its_rename_leaves_the_previous_checkpoint(tm
     loaded = checkpoint.load(tmp_path)
     assert loaded is not None and loaded.version == 4
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == [checkpoint.FILE_NAME]
+
+
+def test_held_trajectories_and_the_guard_counters_round_trip(tmp_path: Path) -> None:
+    from actors.guard.control import fold
+    from learner.state import Control
+    from tests.unit.actors.guard_records import RUN, graded, pinned
+
+    config = PlannerConfig(group_size=2)
+    state, _ = apply(PlannerState(), Control(fold(RUN, [pinned(hold=True)])), config)
+    for offset, episode in enumerate(("h1", "h2")):
+        held = graded(testing.trajectory(episode_id=episode, group_id="g"))
+        state, _ = apply(state, Arrival(held, Position(TOPIC, 0, offset), 7 + offset), config)
+    assert list(state.held) == ["h1", "h2"] and state.counters.held == 2
+    saved = a_checkpoint()
+    saved = checkpoint.Checkpoint(
+        planner=state, trainable=saved.trainable, optimizer=saved.optimizer, published=saved.published,
+        adaptation=saved.adaptation,
+    )  # fmt: skip
+    checkpoint.save(tmp_path, saved)
+    loaded = checkpoint.load(tmp_path)
+    assert loaded is not None
+    # The control state is not in the checkpoint: the learner reads run.control again when it starts.
+    assert loaded.planner == dataclasses.replace(state, control=None)
+    assert list(loaded.planner.held) == ["h1", "h2"] and loaded.planner.waiting == 2
+
+
+def test_a_checkpoint_written_before_the_guard_loads_with_nothing_held(tmp_path: Path) -> None:
+    """A planner state as the learner wrote it before issue 15: no held trajectories, no guard counters."""
+    saved = a_checkpoint()
+    payload = checkpoint.planner_to_dict(saved.planner, default_codec())
+    del payload["held"]
+    for name in ("quarantined", "unpaired", "held"):
+        del payload["counters"][name]
+    torch.save(
+        {"format": checkpoint.FORMAT, "planner": payload, "trainable": saved.trainable,
+         "optimizer": saved.optimizer, "published": default_codec().encode(saved.published),
+         "adaptation": saved.adaptation},
+        tmp_path / checkpoint.FILE_NAME,
+    )  # fmt: skip
+    loaded = checkpoint.load(tmp_path)
+    assert loaded is not None
+    assert loaded.planner == saved.planner
+    assert loaded.planner.held == {} and loaded.planner.counters.quarantined == 0
