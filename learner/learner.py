@@ -278,6 +278,7 @@ class Learner:
             "version": self.state.version,
             "groups": [g.group_key for g in groups],
             "trajectories": len(members),
+            "episodes": [m.episode_id for m in members],  # what this version was trained on, by episode
             "partial": [g.partial for g in groups],
             "rewards": [[m.trajectory.reward for m in g.members] for g in groups],
             "staleness": [

@@ -23,7 +23,7 @@ from streams.errors import StackError
 if TYPE_CHECKING:
     from ops.telemetry.config import TelemetryConfig
 
-WORKER_KINDS = ("streams", "sandbox", "rollout", "verifier")
+WORKER_KINDS = ("streams", "sandbox", "rollout", "verifier", "guard")
 STOP_GRACE_S = 30.0
 
 
@@ -36,6 +36,8 @@ def worker_commands(
     rollout_args: Sequence[str] = (),
     telemetry: TelemetryConfig | None = None,
     instances: Mapping[str, str] | None = None,
+    *,
+    guard: bool = True,
 ) -> dict[str, list[str]]:
     """The command line of each worker kind for `run` (one process each); `rollout_args` are more
     options of the rollout worker (the model, a pinned policy version); with `telemetry`, each traces
@@ -43,7 +45,10 @@ def worker_commands(
 
     `instances` names the process of a kind (`--instance`, in the `producer` of every record it writes
     and on its sandboxes' labels); without a name a worker calls itself `<host>-<pid>`. The fault tests
-    name each restart, to tell a restarted worker's records from those of the process it replaces."""
+    name each restart, to tell a restarted worker's records from those of the process it replaces.
+
+    `guard`: also the run's guard (`trialog worker guard`: canaries, pause, quarantine; on by default, as a
+    run pinned by `run start` has its learner wait for the canaries' clearance)."""
     base = [sys.executable, "-m", "ops.cli", "worker"]
     common = ["--run", run, "--bootstrap", bootstrap]
     home = paths.component("runs") / (run or "default")
@@ -62,7 +67,11 @@ def worker_commands(
             *base, "verifier", *common, "--group", f"{run}.trialog-verifier",
             *folders, "--objects", str(paths.objects),
         ],
+        # Grades nothing itself: asks the verifiers for canaries, watches the grades (actors.guard).
+        "guard": [*base, "guard", *common, *folders, "--objects", str(paths.objects)],
     }  # fmt: skip
+    if not guard:
+        del commands["guard"]
     if telemetry is not None:
         for offset, argv in enumerate(commands.values(), start=1):
             argv += telemetry_config.worker_options(telemetry, offset)

@@ -307,6 +307,10 @@ class Guard:
             reward.total, reward.versions, reward.meta.producer, asked.requested_at_us,
             reward.meta.occurred_at_us, reward.duration_us,
         )  # fmt: skip
+        known_faulty = (
+            reward.versions is not None
+            and self.state.grader((reward.versions.verifier, reward.versions.image)).faulty
+        )
         self._observe_canary_grade(graded)
         writes = [Write("canary.grades", graded)]
         if reward.verdict is Verdict.ERROR:
@@ -319,6 +323,8 @@ class Guard:
         if reward.versions is None:
             return writes  # a grader that names no versions is already a version change on record
         if not ok:
+            if known_faulty:  # alerted, paused and quarantined already: the grade is on record
+                return writes
             return [*writes, *self._wrong(graded, reward.versions)]
         return [*writes, *self._clear(reward.versions)]
 

@@ -115,7 +115,7 @@ class EngineHook:
         alerts = self.engine.observe(value)
         if not self.live and now_us - self.engine.now_us <= self.live_within_us:
             self.live = True
-        return self._delivered(alerts)
+        return self.deliver(alerts)
 
     def tick(self, now_us: int) -> list[Alert]:
         if not self.live:
@@ -124,9 +124,10 @@ class EngineHook:
         reading = self.sampler.take() if self.sampler is not None else None
         if reading is not None:
             alerts += self.engine.sample(reading, now_us)
-        return self._delivered(alerts)
+        return self.deliver(alerts)
 
-    def _delivered(self, alerts: list[Alert]) -> list[Alert]:
+    def deliver(self, alerts: list[Alert]) -> list[Alert]:
+        """Hand `alerts` to the side sinks (log, counter, webhook): the engine's, and the guard's own."""
         for alert in alerts:
             for sink in self.sinks:
                 try:

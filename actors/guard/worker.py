@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from actors.guard.core import CanaryPlan, Guard, Write
 from schemas import topics
+from schemas.alerts import Alert
 from schemas.codec import default_codec
 from schemas.origin import Origin
 from schemas.record import Record
@@ -49,9 +50,13 @@ class CanaryBuilder(Protocol):
 class AlertHook(Protocol):
     """The alert engine, as the guard drives it."""
 
-    def observe(self, topic: str, value: object, now_us: int) -> Sequence[Record]: ...
+    def observe(self, topic: str, value: object, now_us: int) -> Sequence[Alert]: ...
 
-    def tick(self, now_us: int) -> Sequence[Record]: ...
+    def tick(self, now_us: int) -> Sequence[Alert]: ...
+
+    def deliver(self, alerts: list[Alert]) -> list[Alert]:
+        """The guard's own alerts, to the same side sinks (log, counter, webhook) as the engine's."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,14 +132,14 @@ class GuardProcess:
         return 0
 
     def _observe(self, producer: Any, topic: str, value: object) -> None:
-        self._write(producer, self.guard.observe(topic, value))
+        self._write(producer, self._delivered(self.guard.observe(topic, value)))
         if self.alerts is not None:
             self._write_records(producer, self.alerts.observe(topic, value, self.origin.clock.now_us()))
 
     def _tick(self, producer: Any) -> None:
         now = self.origin.clock.now_us()
         writes, plans = self.guard.tick(now)
-        self._write(producer, writes)
+        self._write(producer, self._delivered(writes))
         if self.alerts is not None:
             self._write_records(producer, self.alerts.tick(now))
         for plan in plans:
@@ -151,6 +156,13 @@ class GuardProcess:
         request = plan.request(self.settings.run_id, snapshot_id, self.origin)
         self._write(producer, [Write(topics.CANARY_REQUESTS.name, request, plan.canary_id)])
 
+    def _delivered(self, writes: list[Write]) -> list[Write]:
+        """The guard's own alerts among `writes`, handed to the engine's side sinks too."""
+        alerts = [w.record for w in writes if isinstance(w.record, Alert)]
+        if alerts and self.alerts is not None:
+            self.alerts.deliver(alerts)
+        return writes
+
     def _write_records(self, producer: Any, records: Sequence[Record]) -> None:
         self._write(producer, [Write(topics.ALERTS.name, record) for record in records])
 
@@ -160,9 +172,13 @@ class GuardProcess:
             key = None if write.key is None else write.key.encode()
             producer.send(topic, key=key, value=self.codec.encode(write.record)).get(SEND_TIMEOUT_S)
             self.written[write.topic] = self.written.get(write.topic, 0) + 1
-            summary = getattr(write.record, "summary", None) or getattr(write.record, "reason", None)
-            if write.topic != topics.CANARY_REQUESTS.name and write.topic != topics.CANARY_GRADES.name:
-                self.say(f"guard {self.settings.run_id}: {type(write.record).__name__}: {summary or ''}")
+            # Decisions are said here; alerts by the engine's log sink when there is one.
+            said = write.topic == topics.RUN_CONTROL.name or (
+                write.topic == topics.ALERTS.name and self.alerts is None
+            )
+            if said:
+                summary = getattr(write.record, "summary", None) or getattr(write.record, "reason", "")
+                self.say(f"guard {self.settings.run_id}: {type(write.record).__name__}: {summary}")
 
     def _written_line(self) -> str:
         return (

@@ -56,7 +56,7 @@ def register(subparsers: kit.Subparsers) -> None:
             "trialog alerts RUN",
             "trialog alerts RUN --since 2h --rule canary_failed --rule version_changed",
             "trialog alerts RUN --follow",
-            "trialog alerts RUN --follow --json | jq .summary",
+            "trialog alerts RUN --follow --json",
             "trialog alerts RUN --since 2026-11-30T17:05:00Z --json",
         ),
     )

@@ -25,7 +25,7 @@ from ops.cli import (
     sandbox,
     tasks,
 )
-from ops.cli.workers import learner, rollout, scheduler, streams, verifier
+from ops.cli.workers import guard, learner, rollout, scheduler, streams, verifier
 from ops.cli.workers import sandbox as sandbox_worker
 from streams.errors import StackError
 
@@ -53,6 +53,7 @@ WORKER_GROUPS: tuple[Callable[[kit.Subparsers], None], ...] = (
     verifier.register,
     scheduler.register,
     learner.register,
+    guard.register,
 )
 
 BENCHMARKS = {
@@ -63,6 +64,7 @@ BENCHMARKS = {
     "learner": "ops.bench.learner",
     "learning": "ops.bench.learning",
     "grading": "ops.bench.grading",
+    "guard": "ops.bench.guard",
 }
 
 

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from ops.progress import ProgressBar
     from ops.run_workers import Workers
     from schemas.common import RecordMeta
-    from schemas.run_control import ControlRecord
+    from schemas.run_control import ControlRecord, GuardSettings
 
 POLICIES = ("scripted", "random", "llm")
 
@@ -86,6 +86,7 @@ def register(subparsers: kit.Subparsers) -> None:
     start.add_argument(
         "--validate", action="store_true", help="first run `trialog tasks validate --runs 1` on the tasks"
     )
+    add_guard_arguments(start)
     kit.add_bootstrap(start)
     # The scheduler's own; spawned workers trace to the same endpoint and serve metrics on the next ports.
     kit.add_telemetry(start)
@@ -129,6 +130,46 @@ def register(subparsers: kit.Subparsers) -> None:
     kit.add_bootstrap(resume)
 
 
+def add_guard_arguments(start: argparse.ArgumentParser) -> None:
+    """The run's guard settings (`RunPinned.guard`, docs/guarding.md)."""
+    from actors.guard.pinning import DEFAULT_CANARIES_PER_MINUTE, DEFAULT_MAX_CANARY_SHARE
+
+    group = start.add_argument_group("guarding the run (pinned versions, canaries, pause, quarantine)")
+    group.add_argument(
+        "--canaries-per-minute", type=kit.non_negative_float, default=DEFAULT_CANARIES_PER_MINUTE,
+        metavar="R", help="canary grades asked for per minute; 0: none",
+    )  # fmt: skip
+    group.add_argument(
+        "--max-canary-share", type=kit.fraction, default=DEFAULT_MAX_CANARY_SHARE, metavar="F",
+        help="most of the grading capacity canaries may take",
+    )  # fmt: skip
+    group.add_argument(
+        "--no-pause-on-canary-failure", action="store_true",
+        help="a wrong canary alerts and quarantines but does not pause the scheduler (without it, it pauses)",
+    )  # fmt: skip
+    group.add_argument(
+        "--no-canary-hold", action="store_true",
+        help="the learner trains without waiting for canaries to vouch for a trajectory's grader "
+        "(without it, it waits)",
+    )  # fmt: skip
+    group.add_argument(
+        "--no-guard",
+        action="store_true",
+        help="neither pin the run nor (with --spawn) start its guard: no canaries, no quarantine",
+    )
+
+
+def guard_settings_of(args: argparse.Namespace) -> GuardSettings:
+    from schemas.run_control import GuardSettings
+
+    return GuardSettings(
+        canaries_per_minute=args.canaries_per_minute,
+        max_canary_share=args.max_canary_share,
+        pause_on_canary_failure=not args.no_pause_on_canary_failure,
+        hold_for_clearance=not args.no_canary_hold and args.canaries_per_minute > 0,
+    )
+
+
 def read_status(bootstrap: str, run: str) -> RunStatus:
     """The run's counts; a Kafka error (a broker that accepts connections but does not answer) as a
     `StackError`, not a traceback."""
@@ -163,8 +204,10 @@ def _cmd_run_start(args: argparse.Namespace) -> int:
     except TaskError as exc:
         raise StackError(str(exc), "fix the task folders given to --tasks") from None
     bootstrap = kit.require_kafka(kit.bootstrap_of(args))
-    if args.spawn or args.validate:
-        kit.require_docker()  # the sandbox and verifier workers, the validation: all run sandboxes
+    engine = None
+    if args.spawn or args.validate or not args.no_guard:
+        # The sandbox and verifier workers and the validation run sandboxes; the pin names the image's id.
+        engine = kit.require_docker()
     paths = Paths.from_env()
     started = time.monotonic()
     if args.validate:
@@ -175,6 +218,16 @@ def _cmd_run_start(args: argparse.Namespace) -> int:
         folders, bootstrap, LocalObjectStore(paths.objects), str(sandbox_ref()), run=run
     )
     say(f"run {run}: published {len(published)} tasks ({', '.join(published)}) [{_since(started)}]")
+    if not args.no_guard:
+        from ops.run_pin import image_version, pin_run
+
+        pin = pin_run(
+            bootstrap, run, folders, image_version(engine, str(sandbox_ref())), guard_settings_of(args)
+        )
+        rate = f"canaries {pin.guard.canaries_per_minute:g}/min"
+        hint = "" if args.spawn else " (start its guard: trialog worker guard --run RUN --tasks ...)"
+        say(f"run {run}: pinned verifier {pin.verifier[:12]}, image {pin.image[:19]}, reward "
+            f"{pin.reward_config[:12]}, {len(pin.tasks)} tasks; {rate}{hint}")  # fmt: skip
     settings = SchedulerSettings(bootstrap, target)
     telemetry = start_telemetry(kit.telemetry_of(args, "trialog-scheduler"))
     instance = f"{socket.gethostname()}-{os.getpid()}"
@@ -183,8 +236,9 @@ def _cmd_run_start(args: argparse.Namespace) -> int:
     else:
         workers = Workers(paths.component("runs") / (run or "default") / "logs")
         commands = worker_commands(
-            run, bootstrap, args.policy, args.tasks, paths, args.rollout_arg, telemetry.config
-        )
+            run, bootstrap, args.policy, args.tasks, paths, args.rollout_arg, telemetry.config,
+            guard=not args.no_guard,
+        )  # fmt: skip
         workers.start(commands)
         try:
             code = _schedule_beside(workers, settings, instance)

@@ -162,13 +162,12 @@ def test_a_wrong_canary_alerts_pauses_and_quarantines_what_the_faulty_verifier_g
     assert rule.episode_ids == ("ep1", "ep2")
     assert _records(writes, GraderCleared) == []  # a faulty grader is never vouched for
     assert guard.state.control.is_paused
-    # Another wrong canary: alerted, but neither paused again nor quarantined twice.
+    # Another wrong canary by the same grader: on record, but no second alert, pause or rule.
     _, [third] = guard.tick(T0 + 40_000_000)
     _answer(guard, third, 1.0, BROKEN, T0 + 40_000_001)
     _, [fourth] = guard.tick(T0 + 60_000_000)
     again = _answer(guard, fourth, 1.0, BROKEN, T0 + 60_000_001)
-    assert _records(again, Alert) and not _records(again, RunPaused)
-    assert not _records(again, TrajectoriesQuarantined)
+    assert [type(w.record) for w in again] == [CanaryGraded]
 
 
 def test_the_pinned_grader_gone_wrong_is_quarantined_since_it_was_last_vouched_for() -> None:

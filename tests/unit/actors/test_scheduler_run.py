@@ -137,16 +137,18 @@ def test_spawned_workers_share_the_object_store_and_run_in_the_runs_groups(tmp_p
     paths = Paths(tmp_path / "home", tmp_path / "cache")
     tasks = [Path("examples/tasks/a"), Path("examples/tasks/b")]
     commands = worker_commands("r1", "127.0.0.1:1", "scripted", tasks, paths)
-    assert sorted(commands) == ["rollout", "sandbox", "streams", "verifier"]
+    assert sorted(commands) == ["guard", "rollout", "sandbox", "streams", "verifier"]
+    unguarded = worker_commands("r1", "127.0.0.1:1", "scripted", tasks, paths, guard=False)
+    assert sorted(unguarded) == ["rollout", "sandbox", "streams", "verifier"]
     for kind, argv in commands.items():
         assert argv[2:5] == ["ops.cli", "worker", kind]
         assert argv[argv.index("--run") + 1] == "r1" and argv[argv.index("--bootstrap") + 1] == "127.0.0.1:1"
-        if kind != "streams":
+        if kind not in ("streams", "guard"):
             assert argv[argv.index("--group") + 1] == f"r1.trialog-{kind}"
-    for kind in ("sandbox", "verifier"):
+    for kind in ("sandbox", "verifier", "guard"):  # the guard stores its canaries' workspaces there
         assert commands[kind][commands[kind].index("--objects") + 1] == str(paths.objects)
     assert commands["rollout"][-4:] == ["--solutions", "examples/tasks/a", "--solutions", "examples/tasks/b"]
-    assert commands["verifier"].count("--tasks") == 2
+    assert commands["verifier"].count("--tasks") == commands["guard"].count("--tasks") == 2
     assert "--solutions" not in worker_commands("r1", "b", "random", tasks, paths)["rollout"]
     assert not any("--instance" in argv for argv in commands.values())  # each names itself host-pid
 
