@@ -75,6 +75,10 @@ def worker_commands(
     if telemetry is not None:
         for offset, argv in enumerate(commands.values(), start=1):
             argv += telemetry_config.worker_options(telemetry, offset)
+        if "guard" in commands and telemetry.metrics_port:
+            # The guard's acquire-latency rule reads the sandbox worker's histogram from its metrics port.
+            sandbox_port = telemetry.metrics_port + list(commands).index("sandbox") + 1
+            commands["guard"] += ["--sandbox-metrics", f"http://127.0.0.1:{sandbox_port}/metrics"]
     for kind, instance in (instances or {}).items():
         commands[kind] += ["--instance", instance]
     return commands

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -28,6 +29,7 @@ from schemas.alerts import Alert
 from schemas.codec import default_codec
 from schemas.origin import Origin
 from schemas.record import Record
+from schemas.run_control import GraderCleared, TrajectoriesQuarantined, VersionChanged
 from schemas.topics import topic_name
 from streams.kafka.reader import assign_all, decoded, read_to_end
 from streams.kafka.serving import METADATA_MAX_AGE_MS, connected, poll
@@ -177,10 +179,26 @@ class GuardProcess:
                 write.topic == topics.ALERTS.name and self.alerts is None
             )
             if said:
-                summary = getattr(write.record, "summary", None) or getattr(write.record, "reason", "")
-                self.say(f"guard {self.settings.run_id}: {type(write.record).__name__}: {summary}")
+                self.say(
+                    f"guard {self.settings.run_id}: {type(write.record).__name__}: {_describe(write.record)}"
+                )
 
     def _written_line(self) -> str:
         return (
             ", ".join(f"{topic} {count}" for topic, count in sorted(self.written.items())) or "wrote nothing"
         )
+
+
+def _describe(record: Record) -> str:
+    """One line for a decision or an alert the guard wrote."""
+    if isinstance(record, GraderCleared):
+        at = time.strftime("%H:%M:%S", time.gmtime(record.up_to_us / 1e6))
+        return f"verifier {record.verifier[:12]}, image {record.image[:19]} vouched for up to {at} UTC"
+    if isinstance(record, TrajectoriesQuarantined):
+        return (
+            f"{record.component} {record.value[:12] or '(any)'} since {record.since_us}: "
+            f"{len(record.episode_ids)} trajectories so far ({record.reason})"
+        )
+    if isinstance(record, VersionChanged):
+        return f"{record.component}: pinned {record.pinned[:12] or '(none)'}, graded with {record.seen[:12]}"
+    return str(getattr(record, "summary", None) or getattr(record, "reason", ""))

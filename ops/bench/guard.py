@@ -185,9 +185,11 @@ def _render(args: argparse.Namespace, f: dict[str, float]) -> str:
             f"| broken verifier's first grade to the run's pause | {f['to_pause_s']:.1f} s |",
             f"| canaries it graded until the pause | {f['broken_rounds']:.0f} |",
             f"| episodes it graded until the pause (all quarantined) | {f['broken_episode_grades']:.0f} |",
-            f"| canaries' share of grading time (honest phase) | {100 * f['share_of_grading']:.1f} % |",
-            f"| canaries' share of one verifier's wall time (honest phase) | "
-            f"{100 * f['share_of_one_verifier']:.1f} % |",
+            f"| canary grading time over all grading time (honest phase; an episode whose tree was graded "
+            f"before is answered from the cache in no time) | {100 * f['share_of_grading']:.1f} % |",
+            f"| canary grading time over the honest phase's wall time, one verifier (the cap, "
+            f"{100 * args.max_canary_share:g} %, holds over any 10 minutes: a shorter phase still shows the "
+            f"window's first allowance) | {100 * f['share_of_one_verifier']:.1f} % |",
             f"| canary rounds per minute (honest phase; asked for: {args.canaries_per_minute:g}) | "
             f"{f['rounds_per_min']:.2f} |",
         ]

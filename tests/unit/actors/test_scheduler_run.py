@@ -329,3 +329,17 @@ def test_the_loop_sends_nothing_while_paused_says_so_once_and_goes_on_when_resum
         f"scheduler {RUN}: resumed: fixed; starting episodes again",
     ]
     assert process.sent == 2
+
+
+def test_the_spawned_guard_reads_the_spawned_sandbox_workers_metrics(tmp_path: Path) -> None:
+    from ops.telemetry.config import TelemetryConfig
+
+    paths = Paths(tmp_path / "home", tmp_path / "cache")
+    telemetry = TelemetryConfig("trialog-scheduler", None, 9500)
+    commands = worker_commands("r1", "b", "scripted", [Path("t")], paths, telemetry=telemetry)
+    sandbox = commands["sandbox"]
+    port = sandbox[sandbox.index("--metrics-port") + 1]
+    guard = commands["guard"]
+    assert guard[guard.index("--sandbox-metrics") + 1] == f"http://127.0.0.1:{port}/metrics"
+    quiet = worker_commands("r1", "b", "scripted", [Path("t")], paths, telemetry=TelemetryConfig("s"))
+    assert "--sandbox-metrics" not in quiet["guard"]
