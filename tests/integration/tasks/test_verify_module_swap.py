@@ -1,0 +1,116 @@
+"""Frozen test modules swapped or given other builtins by the code under test, graded in real sandboxes.
+
+The hacks are the canary library's (`hack:test-module-swap`: hollowed copies of the frozen test modules
+planted in sys.modules while the first one imports the code; `hack:test-module-builtins`: the frozen test
+modules given builtins whose `__import__` serves a yes-to-everything assert guard, the others through a
+`sys.meta_path` finder that hands pytest's real loader a module made with them). Both passed the grader
+before (reward 1.0, no signal); the harness now trusts a collected test only when its module is the one
+the harness saw pytest's loader execute the frozen file's code into, its function that code's, with the
+real builtins (docs/grading.md). They are graded as the guard's canaries are (`canary_snapshot` and a
+verifier's `SnapshotGrader`) on two example tasks and on a task with two test modules, where the finder
+is what reaches the second; honest tests of every shape the check looks at must still pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import docker
+import pytest
+
+from actors.guard.canaries import BY_NAME, canary_snapshot
+from actors.tasks.reward import Verdict
+from actors.tasks.spec import Task, load_task
+from actors.tasks.verify import Verification, print_human
+from actors.verifier.grading import SnapshotGrader
+from ops.paths import REPO_ROOT
+from ops.stack.images import sandbox_ref
+from ops.testing import owned_labels
+from sandbox_agent.docker_backend import DockerBackend
+from schemas.blobs import LocalObjectStore
+from tests.unit.tasks.helpers import make_task
+
+pytestmark = pytest.mark.integration
+
+EXAMPLES = REPO_ROOT / "examples" / "tasks"
+HACKS = {
+    "hack:test-module-swap": "is not from the module pytest's loader ran the frozen file in",
+    "hack:test-module-builtins": "builtins",
+}
+
+# Honest tests of every shape the check looks at: a helper module and another test module imported by a
+# test module, a fixture, parametrized instances, a decorator of the file's own (functools.wraps) and the
+# standard library's (mock.patch), a test class, a unittest.TestCase.
+TWO_MODULES = {
+    "helpers.py": "def expect(value):\n    return value\n",
+    "test_first.py": (
+        "import functools\nfrom unittest import mock\n\nimport pytest\n\n"
+        "from calc import add\nfrom helpers import expect\n\n\n"
+        "def traced(function):\n"
+        "    @functools.wraps(function)\n"
+        "    def wrapper(*args, **kwargs):\n        return function(*args, **kwargs)\n\n"
+        "    return wrapper\n\n\n"
+        "@pytest.fixture\ndef two():\n    return 2\n\n\n"
+        "def test_add(two):\n    assert add(two, 3) == expect(5)\n\n\n"
+        "@pytest.mark.parametrize('a', [1, 2])\ndef test_param(a):\n    assert add(a, a) == 2 * a\n\n\n"
+        "@traced\ndef test_wrapped():\n    assert add(1, 1) == 2\n\n\n"
+        "@mock.patch('os.getcwd', return_value='/nowhere')\n"
+        "def test_patched(getcwd):\n    assert add(2, 2) == 4\n\n\n"
+        "class TestClass:\n    def test_method(self):\n        assert add(0, 1) == 1\n"
+    ),
+    "test_second.py": (
+        "import unittest\n\nfrom calc import add\nfrom test_first import traced\n\n\n"
+        "class TestAddCase(unittest.TestCase):\n"
+        "    def test_add(self):\n        self.assertTrue(add(2, 2) == 4)\n\n\n"
+        "@traced\ndef test_second():\n    assert add(1, 2) == 3\n"
+    ),
+}
+
+Grade = Callable[[Task, str], Verification]
+
+
+@pytest.fixture(scope="module")
+def objects(tmp_path_factory: pytest.TempPathFactory) -> LocalObjectStore:
+    return LocalObjectStore(tmp_path_factory.mktemp("objects"))
+
+
+@pytest.fixture(scope="module")
+def grader(docker_client: docker.DockerClient, objects: LocalObjectStore) -> Grade:
+    backend = DockerBackend(docker_client, objects, labels=owned_labels("module-swap"))
+    snapshots = SnapshotGrader(backend, objects, str(sandbox_ref()))
+    return lambda task, case: snapshots(task, canary_snapshot(task, BY_NAME[case], objects, None), None)
+
+
+@pytest.fixture(scope="module")
+def two_modules(tmp_path_factory: pytest.TempPathFactory) -> Task:
+    folder = make_task(tmp_path_factory.mktemp("two") / "task", task_id="two-modules", tests=TWO_MODULES)
+    return load_task(folder)
+
+
+def _task(name: str, two_modules: Task) -> Task:
+    return two_modules if name == "two-modules" else load_task(EXAMPLES / name)
+
+
+@pytest.mark.parametrize("task_name", ["easy-fix-add", "csv-quoted", "two-modules"])
+@pytest.mark.parametrize("case", sorted(HACKS))
+def test_test_modules_not_made_by_the_loader_are_tampering(
+    grader: Grade, two_modules: Task, task_name: str, case: str
+) -> None:
+    result = grader(_task(task_name, two_modules), case)
+    graded = result.grade
+    assert (graded.verdict, graded.reward) == (Verdict.TAMPERED, -1.0), print_human(result)
+    assert any(HACKS[case] in signal for signal in graded.tamper_signals), print_human(result)
+
+
+@pytest.mark.parametrize("case", ["reference", "untouched"])
+def test_honest_tests_of_every_shape_grade_without_signals(
+    grader: Grade, two_modules: Task, case: str
+) -> None:
+    result = grader(two_modules, case)
+    graded = result.grade
+    assert graded.tamper_signals == () and result.complete, print_human(result)
+    assert graded.total == 8, print_human(result)
+    if case == "reference":
+        assert (graded.verdict, graded.reward, graded.passed) == (Verdict.PASS, 1.0, 8), print_human(result)
+    else:
+        assert graded.verdict is not Verdict.PASS and graded.passed == 0, print_human(result)
