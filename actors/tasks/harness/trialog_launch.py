@@ -66,7 +66,12 @@ import sys
 from typing import Any
 
 HARNESS = os.path.dirname(os.path.abspath(__file__))
-PYCACHE = "/tmp/.trialog-pycache"  # private: a __pycache__ planted in the workspace is never read
+# Where bytecode caches are looked for (and, with dont_write_bytecode, never written): a folder nobody can
+# make, in the harness's root-owned read-only inputs. A __pycache__ planted in the workspace is never read,
+# and neither is bytecode planted by the code under test for a module imported after it ran (pytest's loader
+# would run a planted rewrite of a later test module as the frozen file's code; a stdlib module's would run
+# under a stdlib file name).
+PYCACHE = os.path.join(HARNESS, ".no-pycache")
 
 # stdlib functions that return frames (or tracebacks' frames) to their caller: called by untrusted code,
 # the frame access inside them is refused. Others (namedtuple, typing, logging, format_exc) keep theirs.
