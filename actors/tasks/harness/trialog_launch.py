@@ -163,6 +163,7 @@ def _install(workspace: str, tests_dir: str, callers: dict[str, tuple[Any, ...]]
     )
     interpreter_dirs = (*stdlib, *framework, sys.base_prefix + os.sep, sys.prefix + os.sep)
     busy: set[int] = set()
+    asking: set[int] = set()
     signals: list[str] = []
     state: dict[str, Any] = {}  # baseline; only the hook and its helpers see this dict
     trusted_codes: set[int] = set()
@@ -228,6 +229,18 @@ def _install(workspace: str, tests_dir: str, callers: dict[str, tuple[Any, ...]]
             for const in code.co_consts:
                 add_test_codes(const, home)
 
+    def lookup(mapping: Any, key: str, default: object = None) -> Any:
+        """mapping[key] without hashing or comparing the mapping's other keys: a key the code under test put
+        there with a colliding hash would have its __eq__ run inside the hook (whose events go unchecked)."""
+        for name, value in list(mapping.items()):
+            if type(name) is str_type and name == key:
+                return value
+        return default
+
+    def modules_named(names: frozenset[str]) -> dict[str, object]:
+        """The sys.modules entries of `names`, read the same careful way as `lookup`."""
+        return {k: v for k, v in list(modules.items()) if type(k) is str_type and k in names}
+
     def frame_problem(frame: Any) -> str:
         """'' when this frame and every one below it run framework code or frozen test code, each with its
         own module's globals: nothing of the code under test can be half-way through what they do."""
@@ -258,7 +271,7 @@ def _install(workspace: str, tests_dir: str, callers: dict[str, tuple[Any, ...]]
             if frame is None:
                 break
             found = frame.f_locals.get("module")
-            origin = found.__dict__.get("__file__") if type(found) is module_type else None
+            origin = lookup(found.__dict__, "__file__") if type(found) is module_type else None
             if type(origin) is str_type and normpath(origin) == wanted:
                 module = found
                 break
@@ -266,14 +279,14 @@ def _install(workspace: str, tests_dir: str, callers: dict[str, tuple[Any, ...]]
         if module is None:
             return
         namespace = module.__dict__
-        name = namespace.get("__name__")
+        name = lookup(namespace, "__name__")
         extra = [key for key in namespace if type(key) is not str_type or key not in _MODULE_ATTRS]
-        given = namespace.get("__builtins__", builtins_dict)
+        given = lookup(namespace, "__builtins__", builtins_dict)
         if extra or (given is not builtins_dict and given is not real_builtins):
             what = f"{len(extra)} names of its own" if extra else "builtins of its own"
             signal(f"the frozen test module {filename} was prepared with {what} before its code ran")
             return
-        if type(name) is not str_type or modules.get(name) is not module:
+        if type(name) is not str_type or modules_named(frozen((name,))).get(name) is not module:
             return
         add_test_codes(code, id(namespace))
         test_modules[id(module)] = (name, module)
@@ -292,7 +305,7 @@ def _install(workspace: str, tests_dir: str, callers: dict[str, tuple[Any, ...]]
             code = value.__code__
             if builtins_of(value) is not builtins_dict:
                 return f"{code.co_name} runs with builtins of its own"
-            wrapped = value.__dict__.get("__wrapped__")
+            wrapped = lookup(value.__dict__, "__wrapped__")
             if id(code) in test_codes:
                 if id(value.__globals__) != test_codes[id(code)]:
                     return f"{code.co_name} runs with other globals than its module's"
@@ -317,14 +330,14 @@ def _install(workspace: str, tests_dir: str, callers: dict[str, tuple[Any, ...]]
         """'' when a frozen test module's namespace, and the functions it defined (its classes' too), use
         the real builtins: functions take their builtins from their module's namespace when they are made,
         so builtins swapped there while the module was importing live on in them."""
-        given = namespace.get("__builtins__")
+        given = lookup(namespace, "__builtins__")
         if given is not builtins_dict and given is not real_builtins:
             return "its __builtins__ replaced"
         values = list(namespace.values())
         for value in list(values):
             if issubclass(type(value), type_type):  # no isinstance: it would ask the value for __class__
                 members = class_dict(value)
-                owner = members.get("__module__")
+                owner = lookup(members, "__module__")
                 if type(owner) is str_type and owner == name:
                     values.extend(members.values())
         for value in values:
@@ -335,7 +348,7 @@ def _install(workspace: str, tests_dir: str, callers: dict[str, tuple[Any, ...]]
                     break
                 if value.__globals__ is namespace and builtins_of(value) is not builtins_dict:
                     return f"{value.__code__.co_name} defined with builtins of its own"
-                value = value.__dict__.get("__wrapped__")
+                value = lookup(value.__dict__, "__wrapped__")
         return ""
 
     def add_function(value: Any) -> None:
@@ -409,12 +422,9 @@ def _install(workspace: str, tests_dir: str, callers: dict[str, tuple[Any, ...]]
                 owner = None if parent is None else parent.__dict__.get("_obj")  # unittest's test class
                 items[nodeid] = (item, type(item), item.__dict__.get("_obj"), frozen(item.__dict__), owner)
         state["items"] = items
-        state["test_modules"] = [
-            (name, module.__dict__)
-            for name, module in list(sys.modules.items())
-            if type(getattr(module, "__file__", None)) is str_type
-            and str(module.__file__).startswith(tests_dir)
-        ]
+        # The frozen test modules as the loader ran them (not whatever sys.modules holds under a test file's
+        # name now: asking those objects for __file__ could run the workspace's code inside the hook).
+        state["test_modules"] = [(name, module.__dict__) for name, module in list(test_modules.values())]
 
     def node_slot(name: str) -> Any:
         """A reader of pytest nodes' slot `name` (Node has __slots__) that runs no Python code."""
@@ -473,16 +483,18 @@ def _install(workspace: str, tests_dir: str, callers: dict[str, tuple[Any, ...]]
             now = get_hookimpls()
             if len(now) != len(impls) or any(a is not b for a, b in zip(now, impls, strict=False)):
                 signal(f"pytest hook {name} implementations changed")
-        if modules.get("trialog_guard") is not state.get("guard"):
+        trusted = list(test_modules.values())
+        now = modules_named(frozen(["trialog_guard", *(name for name, _ in trusted)]))
+        if now.get("trialog_guard") is not state.get("guard"):
             signal("sys.modules['trialog_guard'] replaced")
         for name, namespace in state.get("test_modules", ()):
-            if "__import__" in namespace:
+            if lookup(namespace, "__import__", state) is not state:
                 signal(f"{name}.__import__ shadows the builtin the rewritten asserts use")
-            given = namespace.get("__builtins__")
+            given = lookup(namespace, "__builtins__")
             if given is not builtins_dict and given is not real_builtins:
                 signal(f"{name}.__builtins__ replaced")
-        for name, module in list(test_modules.values()):
-            if modules.get(name, module) is not module:  # absent: its import failed (a collection error)
+        for name, module in trusted:
+            if now.get(name, module) is not module:  # absent: its import failed (a collection error)
                 signal(f"sys.modules[{name!r}] replaced")
         if nodeid is not None:
             saved = state.get("items", {}).get(nodeid)
@@ -619,7 +631,19 @@ def _install(workspace: str, tests_dir: str, callers: dict[str, tuple[Any, ...]]
             return
         me = get_ident()
         if me in busy:
-            return  # an event raised by the hook itself (its own frame walk)
+            # Raised while the hook is at work: by the hook itself (its own frame walk) or the framework code
+            # it calls, let through; by code of anyone else that a check made run (a hostile __eq__ or
+            # __hash__ of a key in a namespace the hook looks into), refused: nothing else is guarded then.
+            if me in asking:
+                return  # the frame look-up just below
+            asking.add(me)
+            try:
+                raiser = getframe(1).f_code
+            finally:
+                asking.discard(me)
+            if trusted_codes and id(raiser) not in trusted_codes:
+                refuse(f"{event} inside the harness's checks, from {raiser.co_filename}")
+            return
         busy.add(me)
         try:
             guarded(event, args)
