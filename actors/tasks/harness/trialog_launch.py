@@ -32,6 +32,18 @@ same process, so everything here is about making what decides pass/fail unreacha
   classes' `__dict__`, the plugin manager's hook implementations, and after collection each item's test
   function. It re-checks before each report line and before the completion marker; any difference is a
   tamper signal with its evidence ("_pytest.python.Function.runtest replaced");
+* the frozen test modules: the hook trusts a module only when it sees pytest's loader (or the import system)
+  `exec` a frozen file's code into it, with nothing but framework code (and test modules trusted before) on
+  the stack, into the fresh module sys.modules holds, whose namespace holds only the import system's names
+  and the real builtins. At the end of collection every collected test must come from such a module and be
+  its function (code nested in the file's, the module's globals, the real builtins), and every function the
+  module made must have the real builtins; at each report the modules are still what sys.modules holds.
+  Copies planted in sys.modules, modules prepared by a `sys.meta_path` finder of the workspace's, builtins
+  swapped while a test module imports: each a tamper signal. Bytecode caches are looked for in a folder
+  nobody can make (under the root-owned inputs), so no planted bytecode is ever run;
+* events raised while the hook is at work by code that is not the framework's (a hostile `__eq__` of a
+  dict key that a look-up of the hook's compared) are refused, and the hook's own look-ups into namespaces
+  and sys.modules compare no key they did not check is an exact str;
 * `TRIALOG-DONE <nonce> <exit>` is written only after pytest returned and the final check ran: a run
   without it (os._exit, a hang killed at the timeout, a KeyboardInterrupt) is incomplete, and the
   verifier counts every test it did not see pass as failed.
@@ -52,9 +64,13 @@ What remains possible, and why (CPython cannot isolate code sharing one interpre
   object is readable; that is why the secret is held by the hook only;
 * a stdlib wrapper we did not list as frame-returning (the list is in `_LEAKY`); code with a forged
   framework file name made through a stdlib function (`codeop`, importlib's `_call_with_frames_removed`,
-  `marshal`; only a direct `compile`/`CodeType` call by untrusted code is refused), which would then pass
+  `marshal`; only a direct `compile` of source or `CodeType` call by untrusted code is refused: compiling
+  an AST raises no event in 3.11), which would then pass
   the file-name test of the refusals (never the identity test of the report path); a native extension
   built and loaded from an allowed folder;
+* names of a trusted test module rebound after its import and before its tests run (a thread of the
+  workspace's): a test function replaced by another of the same file, a module-level helper or `pytest`
+  replaced; a stdlib or framework decorator's own behaviour around a frozen test;
 * anything the test itself trusts: a workspace that returns values which satisfy the assertions is, to
   this harness, a solution (the always-true `__eq__` is handled by `trialog_guard`, see there).
 """
@@ -440,6 +456,7 @@ def _install(workspace: str, tests_dir: str, callers: dict[str, tuple[Any, ...]]
         A module planted in sys.modules, or made with other builtins, fails here."""
         module_class = getattr(modules.get("_pytest.python"), "Module", None)
         parent_of = node_slot("parent")
+        scanned: dict[int, str] = {}  # id(module) -> namespace_problem, once per module
         for item in list(session.items):
             fields = item.__dict__
             node = parent_of(item)
@@ -457,7 +474,9 @@ def _install(workspace: str, tests_dir: str, callers: dict[str, tuple[Any, ...]]
                 signal(f"test item {nodeid} is not from the module pytest's loader ran the frozen file in")
                 continue
             name, module = trusted
-            problem = namespace_problem(module.__dict__, name)
+            if id(module) not in scanned:
+                scanned[id(module)] = namespace_problem(module.__dict__, name)
+            problem = scanned[id(module)]
             if problem:
                 signal(f"the frozen test module {name}: {problem}")
                 continue
