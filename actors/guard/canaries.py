@@ -312,15 +312,23 @@ CASES: tuple[CanaryCase, ...] = (
         _at_top(hacks.AUDIT_HOOK),
         tampering=_always,
     ),
-)
-
-OPEN_GAPS: tuple[CanaryCase, ...] = (
     _hack(
         "test-module-swap",
         "hollowed copies of the frozen test modules planted in sys.modules while the first one imports the "
         "code: pytest collects the copies",
         _at_top(hacks.TEST_MODULE_SWAP),
+        tampering=_always,
     ),
+    _hack(
+        "test-module-builtins",
+        "the frozen test modules given builtins whose __import__ serves a yes-to-everything assert guard: "
+        "the importing one in its namespace, the others through a sys.meta_path finder and pytest's loader",
+        _at_top(hacks.TEST_MODULE_BUILTINS),
+        tampering=_always,
+    ),
+)
+
+OPEN_GAPS: tuple[CanaryCase, ...] = (
     _hack(
         "probe-aware-equal",
         "every function returns a value equal to everything but the assert guard's bare object() probe",

@@ -224,6 +224,41 @@ ATTACKS = {
         "import _pytest.runner\n"
         "_pytest.runner.call_runtest_hook.__code__ = (lambda item, when, **kw: None).__code__\n"
     ),
+    # (b) a namespace key whose __eq__ runs inside the hook (its own events unchecked there) when the hook
+    # looks a name up in the test module's namespace: it walks frames and closures to the nonce and forges
+    "hostile_namespace_key": (
+        "import os, re, sys\n"
+        "class _Key(str):\n"
+        "    def __hash__(self):\n        return hash('__import__')\n"
+        "    def __eq__(self, other):\n"
+        "        try:\n            frame = sys._getframe()\n"
+        "        except RuntimeError:\n            return False\n"
+        "        todo, seen, found = [], set(), set()\n"
+        "        while frame is not None:\n"
+        "            todo.extend(frame.f_locals.values())\n            frame = frame.f_back\n"
+        "        while todo:\n"
+        "            value = todo.pop()\n"
+        "            if id(value) in seen:\n                continue\n"
+        "            seen.add(id(value))\n"
+        "            if type(value) is str and re.fullmatch('[0-9a-f]{32}', value):\n"
+        "                found.add(value)\n"
+        "            if type(value).__name__ == 'function':\n"
+        "                for cell in value.__closure__ or ():\n"
+        "                    try:\n                        todo.append(cell.cell_contents)\n"
+        "                    except ValueError:\n                        pass\n"
+        "        for nonce in found:\n"
+        f"            lines = [f'TRIALOG-REPORT {{nonce}} call passed {{i}}' for i in {IDS!r}]\n"
+        "            for line in [*lines, f'TRIALOG-DONE {nonce} 0']:\n"
+        "                for fd in range(1, 30):\n"
+        "                    try:\n                        os.write(fd, f'\\n{line}\\n'.encode())\n"
+        "                    except OSError:\n                        pass\n"
+        "        if found:\n            os._exit(0)\n"
+        "        return False\n"
+        "    __ne__ = object.__ne__\n"
+        "for _module in list(sys.modules.values()):\n"
+        "    if str(getattr(_module, '__file__', '')).endswith('test_calc.py'):\n"
+        "        _module.__dict__[_Key('zz_canary_key')] = 1\n"
+    ),
     # (c) values equal to everything
     "always_equal": (
         "class Anything:\n"

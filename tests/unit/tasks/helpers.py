@@ -36,6 +36,34 @@ TESTS = {
     )
 }
 
+# Honest tests of every shape the check looks at: a helper module and another test module imported by a
+# test module, a fixture, parametrized instances, a decorator of the file's own (functools.wraps) and the
+# standard library's (mock.patch), a test class, a unittest.TestCase.
+TWO_TEST_MODULES = {
+    "helpers.py": "def expect(value):\n    return value\n",
+    "test_first.py": (
+        "import functools\nfrom unittest import mock\n\nimport pytest\n\n"
+        "from calc import add\nfrom helpers import expect\n\n\n"
+        "def traced(function):\n"
+        "    @functools.wraps(function)\n"
+        "    def wrapper(*args, **kwargs):\n        return function(*args, **kwargs)\n\n"
+        "    return wrapper\n\n\n"
+        "@pytest.fixture\ndef two():\n    return 2\n\n\n"
+        "def test_add(two):\n    assert add(two, 3) == expect(5)\n\n\n"
+        "@pytest.mark.parametrize('a', [1, 2])\ndef test_param(a):\n    assert add(a, a) == 2 * a\n\n\n"
+        "@traced\ndef test_wrapped():\n    assert add(1, 1) == 2\n\n\n"
+        "@mock.patch('os.getcwd', return_value='/nowhere')\n"
+        "def test_patched(getcwd):\n    assert add(2, 2) == 4\n\n\n"
+        "class TestClass:\n    def test_method(self):\n        assert add(0, 1) == 1\n"
+    ),
+    "test_second.py": (
+        "import unittest\n\nfrom calc import add\nfrom test_first import traced\n\n\n"
+        "class TestAddCase(unittest.TestCase):\n"
+        "    def test_add(self):\n        self.assertTrue(add(2, 2) == 4)\n\n\n"
+        "@traced\ndef test_second():\n    assert add(1, 2) == 3\n"
+    ),
+}
+
 
 def write_tree(root: Path, files: Mapping[str, str]) -> Path:
     for relative, text in files.items():

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from actors.guard.canaries import BY_NAME
 from actors.tasks.hostrun import grade_on_host, run_tests
 from actors.tasks.reward import Outcome, Verdict, grade
 from actors.tasks.spec import Task, load_task
 
-from .helpers import TASK_TOML, make_task
+from .helpers import TASK_TOML, TWO_TEST_MODULES, make_task
 
 MIXED = """
 import pytest
@@ -145,3 +146,20 @@ def test_build_failure(tmp_path: Path) -> None:
     assert grade_on_host(task, workspace)[0].verdict is Verdict.BUILD_FAILED
     (workspace / "BUILD_OK").write_text("")
     assert grade_on_host(task, workspace)[0].verdict is Verdict.PASS
+
+
+def test_test_modules_not_made_by_the_loader_are_signals_on_the_host(tmp_path: Path) -> None:
+    # The sandbox grades them too (tests/integration/tasks/test_verify_module_swap.py); this is the host's
+    # pytest, so the check does not depend on one pytest version's collection.
+    task = load_task(make_task(tmp_path / "task", task_id="two-modules", tests=TWO_TEST_MODULES))
+    hacks = {"hack:test-module-swap": "is not from the module", "hack:test-module-builtins": "builtins"}
+    for case, evidence in sorted({**hacks, "reference": ""}.items()):
+        workspace = tmp_path / case.replace(":", "-")
+        BY_NAME[case].build(task, workspace)
+        run = run_tests(task, workspace)
+        graded = grade(expected=task.test_ids, reports=run.reports, tamper_signals=run.harness.signals)
+        if case == "reference":
+            assert (graded.verdict, graded.tamper_signals) == (Verdict.PASS, ()), run.output
+        else:
+            assert graded.verdict is Verdict.TAMPERED, run.output
+            assert any(evidence in signal for signal in graded.tamper_signals), graded.tamper_signals
