@@ -33,6 +33,7 @@ import pytest
 from kafka import KafkaConsumer, TopicPartition
 
 from actors.guard import control
+from actors.guard.core import MAX_OUTSTANDING
 from actors.tasks.publish import publish_tasks
 from learner import checkpoint
 from learner import testing as learner_testing
@@ -69,9 +70,11 @@ GUARD = GuardSettings(
     canaries_per_minute=15.0, max_canary_share=1.0, pause_on_canary_failure=True, hold_for_clearance=True
 )
 HONEST_ROUNDS = 6
-# Rounds alternate must-pass and must-not-pass cases: whichever a broken grader gets wrong, one of its
-# first two canaries is of that kind.
-ROUNDS_TO_CATCH = 2
+# Rounds alternate must-pass and must-not-pass cases: whichever a broken grader gets wrong, one of any two
+# rounds in a row is of that kind. The canaries still outstanding when it starts (at most MAX_OUTSTANDING,
+# graded in any order across the topic's partitions) come first: its first wrong grade is among its first
+# MAX_OUTSTANDING + 2 canaries.
+ROUNDS_TO_CATCH = MAX_OUTSTANDING + 2
 PHASE_TIMEOUT_S = 240.0
 PAUSE_GRACE_US = 5_000_000  # a StartEpisode sent before the scheduler read the pause
 
@@ -173,6 +176,20 @@ def _wait_paused(log: RunLog, after: int, what: str) -> RunPaused:
     return next(p for p in log.of("run.control", RunPaused) if p.meta.occurred_at_us > after)
 
 
+def _wait_drained(log: RunLog, paused: RunPaused) -> None:
+    """Every episode commanded before the pause has its trajectory (completed or failed)."""
+
+    def drained() -> bool:
+        log.poll()
+        commanded = {c.episode_id for c in log.of("episode.commands", StartEpisode)
+                     if c.meta.occurred_at_us <= paused.meta.occurred_at_us + PAUSE_GRACE_US}  # fmt: skip
+        ended = {t.meta.episode_id for base in ("trajectories.completed", "trajectories.failed")
+                 for t in log.records.get(base, [])}  # fmt: skip
+        return commanded <= ended
+
+    wait_for("the episodes in flight at the pause to end", drained, PHASE_TIMEOUT_S)
+
+
 @pytest.fixture(scope="module")
 def guarded_run(
     kafka_bootstrap: str, docker_client: docker.DockerClient, stack_paths: Paths,
@@ -231,9 +248,8 @@ def guarded_run(
         paused = _wait_paused(log, first_us, "a pause after the pass-all verifier's first grade")
         phases.notes["pass_all_first_grade_to_pause_s"] = (paused.meta.occurred_at_us - first_us) / 1e6
         phases.notes["pass_all_paused_at_us"] = paused.meta.occurred_at_us
-        # Episodes in flight at the pause end (graded by the broken verifier); then the learner catches up.
-        time.sleep(20)
-        log.poll()
+        # Episodes in flight at the pause end (graded by the broken verifier) before the run resumes.
+        _wait_drained(log, paused)
         # 3. Resumed with a verifier that fails everything.
         resumed_at = time.time_ns() // 1000
         subprocess.run(
@@ -243,8 +259,7 @@ def guarded_run(
         _failing, first_fail_us = _swap_verifier(cluster, log, "fail-all", phases)
         again = _wait_paused(log, max(first_fail_us, resumed_at), "a pause after the fail-all verifier")
         phases.notes["fail_all_first_grade_to_pause_s"] = (again.meta.occurred_at_us - first_fail_us) / 1e6
-        time.sleep(10)
-        log.poll()
+        _wait_drained(log, again)
         grades = log.of("verify.results", RewardAssigned) + log.of("canary.results", RewardAssigned)
         canary_us = sum(g.duration_us for g in log.of("canary.results", RewardAssigned))
         all_us = sum(g.duration_us for g in grades)

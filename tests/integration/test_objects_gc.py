@@ -1,4 +1,7 @@
-"""`trialog objects gc` against real Kafka: records with old and recent broker timestamps, a real store."""
+"""`trialog objects gc` against real Kafka: records with old and recent broker timestamps, a real store.
+
+The broker is this test's own: `objects gc` reads every run on its broker, and the session's broker holds
+every other test's runs by now (reading them took minutes of the suite and proved nothing more)."""
 
 from __future__ import annotations
 
@@ -6,12 +9,16 @@ import json
 import os
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
+import docker
 import pytest
 from kafka import KafkaProducer
 
 from ops.cli.main import main as trialog
+from ops.paths import Paths
+from ops.testing import KafkaContainer
 from sandbox_agent.hosttree import read_tree
 from sandbox_agent.manifest import MANIFEST_MEDIA_TYPE, SnapshotId
 from sandbox_agent.snapshots import SnapshotStore
@@ -38,6 +45,13 @@ def _old_snapshot(store: LocalObjectStore, root: Path, data: bytes) -> SnapshotI
 
 def _stored(store: LocalObjectStore, snapshot: SnapshotId) -> bool:
     return store.path_of(snapshot.sha256, MANIFEST_MEDIA_TYPE).is_file()
+
+
+@pytest.fixture
+def kafka_bootstrap(docker_client: docker.DockerClient, stack_paths: Paths) -> Iterator[str]:
+    container = KafkaContainer(stack_paths).start()
+    yield container.bootstrap
+    container.stop()
 
 
 def test_old_episodes_blobs_go_and_recent_ones_stay(
