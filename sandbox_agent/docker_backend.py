@@ -25,9 +25,9 @@ nor read tmpfs mounts).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -121,6 +121,9 @@ class _SandboxState:
     lock: threading.Lock = field(default_factory=threading.Lock)
     channel: ExecChannel | None = None  # None: commands go through `docker exec`
     channel_lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+STRAGGLER_TRIES = 20  # execs of the straggler sweep tried while the sandbox's pids are all taken
 
 
 class DockerBackend:
@@ -389,9 +392,15 @@ class DockerBackend:
         return code, bytes(err.data)
 
     def _kill_stragglers(self, sandbox: Sandbox) -> None:
-        # This may fail (no pid left to exec with): the caller still sees the timeout and can replace it.
-        with contextlib.suppress(SandboxError):
-            self._run(sandbox, KILL_STRAGGLERS_ARGV, deadline_s=HUNG_GRACE_S)
+        # The exec itself needs a pid, which a fork bomb may hold every one of: tried again, since its
+        # processes come and go. If it never gets one, the caller still sees the step end and can replace
+        # the sandbox.
+        for _ in range(STRAGGLER_TRIES):
+            try:
+                self._run(sandbox, KILL_STRAGGLERS_ARGV, deadline_s=HUNG_GRACE_S)
+                return
+            except SandboxError:
+                time.sleep(0.1)
 
     def _new_oom_kills(self, sandbox: Sandbox) -> bool:
         try:

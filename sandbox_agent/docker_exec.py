@@ -30,8 +30,12 @@ GROUP_WRAPPER = (
     'exec 3<&0; timeout -s KILL "$0" "$@" <&3 3<&- & pid=$!; exec 3<&-; '
     "wait $pid; rc=$?; kill -KILL -$pid 2>/dev/null; exit $rc"
 )
-# `kill -1` signals every process but the caller and PID 1, which is all the sandbox's user has left.
-KILL_STRAGGLERS_ARGV = ["sh", "-c", "kill -KILL -1 2>/dev/null; true"]
+# `kill -1` signals every process but the caller and PID 1, which is all the sandbox's user has left. Again
+# and again, with shell builtins only (no fork: a fork bomb may hold every pid), until none is left to
+# signal: one pass misses what a fork bomb forks while it runs.
+KILL_STRAGGLERS_ARGV = [
+    "sh", "-c", "i=0; while [ $i -lt 1000 ] && kill -KILL -1 2>/dev/null; do i=$((i+1)); done; true",
+]  # fmt: skip
 OOM_COUNTER_ARGV = [
     "sh",
     "-c",
