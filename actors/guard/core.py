@@ -36,9 +36,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from actors.guard import control
+from actors.tasks.reward import PASS_REWARD
 from schemas.alerts import Alert, Severity
 from schemas.canaries import CanaryGraded
-from schemas.common import EventMeta, Verdict
+from schemas.common import GENESIS_HASH, EventMeta, Verdict
 from schemas.events import RewardAssigned
 from schemas.origin import Origin
 from schemas.publications import TaskPublished
@@ -51,8 +52,6 @@ from schemas.versions import Component, GradeVersions
 SHARE_WINDOW_US = 10 * 60 * 1_000_000  # the trailing window the canaries' share of grading is measured on
 MAX_OUTSTANDING = 4  # canaries asked for and not answered yet, at most
 LOST_AFTER_US = 15 * 60 * 1_000_000  # a canary unanswered this long is given up (an alert)
-PASS_REWARD = 1.0
-GENESIS = "0" * 64
 
 GraderKey = tuple[str, str]  # (verifier version, image version)
 
@@ -84,7 +83,7 @@ class CanaryPlan:
             step=0,
             attempt=1,
             policy_version=0,
-            prev_hash=GENESIS,
+            prev_hash=GENESIS_HASH,
             snapshot_id=snapshot_id,
         )
         limits = self.task.limits or ResourceLimits()
@@ -122,7 +121,9 @@ class GraderRecord:
 
 
 @dataclass
-class GuardSettings:
+class GuardOptions:
+    """The guard process's own options (the run's guard settings are the pin's, `RunPinned.guard`)."""
+
     seed: int = 0
 
 
@@ -171,12 +172,12 @@ class Guard:
         run_id: str,
         origin: Origin,
         cases_of: Mapping[str, Sequence[Case]] | None = None,
-        settings: GuardSettings | None = None,
+        options: GuardOptions | None = None,
     ) -> None:
         self.state = GuardState(run_id)
         self.origin = origin
         self.cases_of = cases_of or {}  # task id -> its canary cases (what the library builds for it)
-        self.settings = settings or GuardSettings()
+        self.options = options or GuardOptions()
 
     @property
     def run_id(self) -> str:
@@ -450,7 +451,7 @@ class Guard:
         )
         if not candidates:
             return None
-        rng = random.Random(f"{self.settings.seed}:canary:{round_}")
+        rng = random.Random(f"{self.options.seed}:canary:{round_}")
         if want_pass:
             task_id, case = rng.choice(candidates)
         else:

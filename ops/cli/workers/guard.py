@@ -48,7 +48,7 @@ def register(workers: kit.Subparsers) -> None:
 
 def _cmd_worker_guard(args: argparse.Namespace) -> int:
     from actors.guard.canaries import canary_snapshot, cases_for
-    from actors.guard.core import Case, Guard, GuardSettings
+    from actors.guard.core import Case, Guard, GuardOptions
     from actors.guard.hook import EngineHook, extra_topics
     from actors.guard.worker import GuardProcess, GuardProcessSettings
     from actors.tasks.spec import TaskError
@@ -80,7 +80,7 @@ def _cmd_worker_guard(args: argparse.Namespace) -> int:
 
     settings = alert_settings_of(args)  # checked before any service is touched
     origin = Origin.system("guard", args.instance)
-    guard = Guard(args.run, origin, cases, GuardSettings(seed=args.seed))
+    guard = Guard(args.run, origin, cases, GuardOptions(seed=args.seed))
     bootstrap = kit.bootstrap_of(args)
     kit.worker_logging()
     start_telemetry(kit.telemetry_of(args, "trialog-guard"))
