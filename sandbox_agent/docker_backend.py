@@ -43,6 +43,7 @@ from sandbox_agent.docker_exec import (
     KILL_STRAGGLERS_ARGV,
     KILLED_EXIT_CODE,
     OOM_COUNTER_ARGV,
+    SWEPT,
     ByteSink,
     ExecOutcome,
     Sink,
@@ -52,6 +53,7 @@ from sandbox_agent.docker_exec import (
 )
 from sandbox_agent.errors import SandboxError, SandboxFileNotFound, SandboxGone
 from sandbox_agent.exec_channel import ChannelBroken, ChannelTimeout, ExecChannel, server_command
+from sandbox_agent.exec_server import SWEEP_SIGNAL
 from sandbox_agent.ingest import FetchedFile, IngestError, TarIngest
 from sandbox_agent.limits import MIB, ExecLimits, SandboxSpec
 from sandbox_agent.listing import (
@@ -392,15 +394,25 @@ class DockerBackend:
         return code, bytes(err.data)
 
     def _kill_stragglers(self, sandbox: Sandbox) -> None:
-        # The exec itself needs a pid, which a fork bomb may hold every one of: tried again, since its
-        # processes come and go. If it never gets one, the caller still sees the step end and can replace
-        # the sandbox.
-        for _ in range(STRAGGLER_TRIES):
+        # The sweep's exec needs a pid, which a fork bomb may hold every one of. So when it did not run to
+        # the end, PID 1 is told to sweep (a signal needs no pid) and the exec is tried again to confirm.
+        # If it never runs, the caller still sees the step end and can replace the sandbox.
+        for attempt in range(STRAGGLER_TRIES):
             try:
-                self._run(sandbox, KILL_STRAGGLERS_ARGV, deadline_s=HUNG_GRACE_S)
-                return
+                code, out, _ = self._run(sandbox, KILL_STRAGGLERS_ARGV, deadline_s=HUNG_GRACE_S)
             except SandboxError:
-                time.sleep(0.1)
+                code, out = None, b""
+            if code == 0 and out == SWEPT:
+                return
+            self._signal_sweep(sandbox)
+            time.sleep(min(0.05 * (attempt + 1), 0.5))
+        log.warning("sandbox %s: the agent's processes could not be confirmed killed", sandbox.id[:12])
+
+    def _signal_sweep(self, sandbox: Sandbox) -> None:
+        try:
+            self._api.kill(sandbox.id, signal=SWEEP_SIGNAL.name)
+        except (APIError, NotFound) as exc:  # gone or stopped: nothing of the agent's is left running
+            log.debug("sandbox %s: sweep signal not sent (%s)", sandbox.id[:12], exc)
 
     def _new_oom_kills(self, sandbox: Sandbox) -> bool:
         try:

@@ -32,9 +32,13 @@ GROUP_WRAPPER = (
 )
 # `kill -1` signals every process but the caller and PID 1, which is all the sandbox's user has left. Again
 # and again, with shell builtins only (no fork: a fork bomb may hold every pid), until none is left to
-# signal: one pass misses what a fork bomb forks while it runs.
+# signal: one pass misses what a fork bomb forks while it runs. It says SWEPT only when it ran to the end
+# (an exec refused for want of a pid ends with an exit code too, and must not pass for a sweep).
+SWEPT = b"swept\n"
 KILL_STRAGGLERS_ARGV = [
-    "sh", "-c", "i=0; while [ $i -lt 1000 ] && kill -KILL -1 2>/dev/null; do i=$((i+1)); done; true",
+    "sh", "-c",
+    "i=0; while [ $i -lt 1000 ] && kill -KILL -1 2>/dev/null; do i=$((i+1)); done; "
+    "[ $i -lt 1000 ] && echo swept",
 ]  # fmt: skip
 OOM_COUNTER_ARGV = [
     "sh",

@@ -16,8 +16,10 @@ output, or races trialog's own listing and tar commands, which run as the agent'
 process exists.
 
 The agent cannot reach the server: another uid, so no signal (EPERM), no ptrace, no /proc/1/fd, mem or
-environ; non-dumpable as well; and no catchable handler (SIGINT is default-handled, which for a namespace's
-init means ignored from inside), so `kill -INT 1` cannot stop the sandbox and erase a grade.
+environ; non-dumpable as well; and no handler that stops it (SIGINT is default-handled, which for a
+namespace's init means ignored from inside), so `kill -INT 1` cannot stop the sandbox and erase a grade. Its
+one handler, for SIGUSR1 from the host, kills the agent's processes: what a fork bomb that holds every pid
+leaves the host no `docker exec` to do.
 
 What remains possible, and why: within one step the agent's processes can of course interfere with each
 other (it is all the agent's own output); a process in a step can fill /tmp or the workspace for later
@@ -63,6 +65,7 @@ SWEEPS = 200  # kill(-1) passes before giving up (one suffices unless a process 
 KILLED = 128 + signal.SIGKILL
 GRACE_AFTER_EXIT_S = 1.0  # how long streams held open by escaped processes are still read after the exit
 IDLE_REAP_S = 0.5
+SWEEP_SIGNAL = signal.SIGUSR1  # from the host: kill every process of the agent (see sweep_on_signal)
 CHUNK = 65536
 
 
@@ -398,8 +401,14 @@ def result(code: int, timed_out: bool, ooms: int, caps: dict[bytes, Capped]) -> 
     return {"exit_code": code, "timed_out": timed_out, "oom_kills": ooms, **summaries}
 
 
-def serve(source: Input, output: Output, hardened: bool, agent: Agent | None = None) -> None:
-    children = Children()
+def serve(
+    source: Input,
+    output: Output,
+    hardened: bool,
+    agent: Agent | None = None,
+    children: Children | None = None,
+) -> None:
+    children = children or Children()
     hello = {"hardened": hardened, "isolated": agent is not None}
     output.send(b"h", 0, json.dumps(hello).encode())
     while True:
@@ -442,21 +451,31 @@ def agent_of(args: list[str]) -> Agent | None:
     return Agent(uid, gid)
 
 
+def sweep_on_signal(agent: Agent, children: Children) -> None:
+    """On SWEEP_SIGNAL, kill every process of the agent's uid. The host sends it (`docker kill -s`) when its
+    own sweep cannot start: a `docker exec` needs a pid, and a fork bomb may hold every one of the sandbox's.
+    A signal needs none. The agent cannot send it (another uid: EPERM), and all it does is what the host
+    does after every step anyway."""
+    signal.signal(SWEEP_SIGNAL, lambda _signum, _frame: agent.kill_all(children))
+
+
 def main() -> None:
     # Default-handled: a namespace's init ignores such signals from inside, and there is nothing to catch.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     hardened = harden()
     agent = agent_of(sys.argv[1:])
+    children = Children()
+    if agent is not None and os.getpid() == 1:
+        sweep_on_signal(agent, children)
     source = Input()
     try:
-        serve(source, Output(), hardened, agent)
+        serve(source, Output(), hardened, agent, children)
     except Exception:  # whatever happens to the channel, PID 1 must stay (else the sandbox stops)
         if os.getpid() != 1:
             raise
     if os.getpid() != 1:  # run by hand or by a test: done when its input ends
         return
     # As a sandbox's init, stay up and keep reaping without a client, or the sandbox would stop.
-    children = Children()
     while True:
         children.reap()
         time.sleep(IDLE_REAP_S)

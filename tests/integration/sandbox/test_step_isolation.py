@@ -16,6 +16,8 @@ import pytest
 
 from sandbox_agent.backend import Sandbox
 from sandbox_agent.docker_backend import NOFILE_LIMIT, DockerBackend, is_running
+from sandbox_agent.docker_exec import ByteSink, run_exec
+from sandbox_agent.exec_server import SWEEP_SIGNAL
 from sandbox_agent.limits import ExecLimits
 from schemas.blobs import LocalObjectStore
 from tests.integration.sandbox.conftest import MakeSandbox, docker_backend
@@ -135,6 +137,38 @@ def test_a_detached_fork_bomb_is_contained_and_ends_with_its_step(
     assert out.endswith("bombed\n") or code != 0  # the shell itself may meet the pids quota
     assert agent_processes(backend, sandbox) == []
     assert sh(backend, sandbox, "echo fine") == (0, "fine\n", "")
+
+
+def test_pid_1_kills_the_agents_processes_when_the_host_signals_it(
+    backend: DockerBackend, sandbox: Sandbox, docker_client: docker.DockerClient
+) -> None:
+    """The host's fallback when a fork bomb leaves no pid for its sweep's `docker exec`: a signal to PID 1.
+    The stragglers are started by a bare exec (no sweep after it), then only the signal kills them."""
+    started = run_exec(
+        docker_client.api, sandbox.id, ["sh", "-c", DETACHED["setsid-daemon"] + DETACHED["nohup"]],
+        stdout=ByteSink(1024), stderr=ByteSink(1024), deadline_s=10, user="1000:1000",
+    )  # fmt: skip
+    assert started.exit_code == 0
+    assert raw_agent_processes(docker_client, sandbox) != []
+    docker_client.api.kill(sandbox.id, signal=SWEEP_SIGNAL.name)
+    deadline = time.monotonic() + 10
+    while raw_agent_processes(docker_client, sandbox) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert raw_agent_processes(docker_client, sandbox) == []
+    assert is_running(docker_client, sandbox)
+    assert sh(backend, sandbox, "echo fine") == (0, "fine\n", "")
+
+
+def raw_agent_processes(docker_client: docker.DockerClient, sandbox: Sandbox) -> list[str]:
+    """The agent's processes, listed by a root exec that sweeps nothing afterwards (unlike backend.exec)."""
+    probe = (
+        'for d in /proc/[0-9]*; do [ "$(stat -c %u $d 2>/dev/null)" = 1000 ] && '
+        "cat $d/cmdline 2>/dev/null | tr '\\0' ' ' && echo; done; true"
+    )
+    out = ByteSink(64 * 1024)
+    err = ByteSink(1024)
+    run_exec(docker_client.api, sandbox.id, ["sh", "-c", probe], stdout=out, stderr=err, deadline_s=10)
+    return [line for line in bytes(out.data).decode().splitlines() if line.strip()]
 
 
 def test_ulimits_are_pinned(backend: DockerBackend, sandbox: Sandbox) -> None:
