@@ -65,10 +65,38 @@ class TaskError(ValueError):
 
 
 @dataclass(frozen=True)
+class SynthesisMeta:
+    """How a synthesized task was made (`[meta.synthesis]`): the project, the mutation, and the tests it
+    broke. Never shown to the agent (only the instruction is); for reviewers, audits and statistics."""
+
+    project: str
+    version: str
+    operator: str
+    file: str  # the mutated module, relative to repo/
+    mutation: str  # what was changed, e.g. "`<` -> `<=` in `take`": it names the fix, so never shown
+    fail_to_pass: tuple[str, ...]  # hidden test ids that fail as given and pass with the solution
+    pass_to_pass: tuple[str, ...]  # hidden test ids that pass both ways
+    errors: tuple[tuple[str, str], ...] = ()  # (fail-to-pass id, an excerpt of its error as given)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "project": self.project,
+            "version": self.version,
+            "operator": self.operator,
+            "file": self.file,
+            "mutation": self.mutation,
+            "fail_to_pass": list(self.fail_to_pass),
+            "pass_to_pass": list(self.pass_to_pass),
+            "errors": dict(self.errors),
+        }
+
+
+@dataclass(frozen=True)
 class TaskMeta:
     difficulty: str | None = None
     tags: tuple[str, ...] = ()
     source: str | None = None
+    synthesis: SynthesisMeta | None = None
 
 
 @dataclass(frozen=True)
@@ -110,6 +138,7 @@ class TaskSpec:
                 "difficulty": self.meta.difficulty,
                 "tags": list(self.meta.tags),
                 "source": self.meta.source,
+                "synthesis": None if self.meta.synthesis is None else self.meta.synthesis.as_dict(),
             },
             "limits": self.limits.as_dict(),
         }
@@ -191,9 +220,33 @@ def _parse_meta(data: Mapping[str, Any], path: Path) -> TaskMeta:
         difficulty=fields.optional_string("difficulty", choices=DIFFICULTIES),
         tags=fields.strings("tags"),
         source=fields.optional_string("source"),
+        synthesis=_parse_synthesis(fields.table("synthesis"), path),
     )
     fields.reject_unknown()
     return meta
+
+
+def _parse_synthesis(data: Mapping[str, Any], path: Path) -> SynthesisMeta | None:
+    if not data:
+        return None
+    fields = _Fields(data, path, where="meta.synthesis.")
+    synthesis = SynthesisMeta(
+        project=fields.string("project"),
+        version=fields.string("version"),
+        operator=fields.string("operator"),
+        file=fields.string("file"),
+        mutation=fields.string("mutation"),
+        fail_to_pass=fields.strings("fail_to_pass"),
+        pass_to_pass=fields.strings("pass_to_pass"),
+        errors=tuple(fields.string_table("errors").items()),
+    )
+    fields.reject_unknown()
+    if not synthesis.fail_to_pass:
+        raise TaskError(path, "field 'meta.synthesis.fail_to_pass' must name at least one test")
+    unknown = sorted(set(dict(synthesis.errors)) - set(synthesis.fail_to_pass))
+    if unknown:
+        raise TaskError(path, f"field 'meta.synthesis.errors' names tests not in fail_to_pass: {unknown}")
+    return synthesis
 
 
 class _Fields:
@@ -281,6 +334,12 @@ class _Fields:
                 raise self._error(key, f"has a bad glob {pattern!r}: it {problem}")
         return patterns
 
+    def string_table(self, key: str) -> dict[str, str]:
+        table = self.table(key)
+        if not all(isinstance(value, str) for value in table.values()):
+            raise self._error(key, "must be a table of strings")
+        return dict(table)
+
     def table(self, key: str) -> Mapping[str, Any]:
         value = self._get(key)
         if value is None:
@@ -311,6 +370,8 @@ def spec_to_toml(spec: TaskSpec) -> str:
     lines.append(f"tags = [{', '.join(toml_string(t) for t in spec.meta.tags)}]")
     if spec.meta.source is not None:
         lines.append(f"source = {toml_string(spec.meta.source)}")
+    if spec.meta.synthesis is not None:
+        lines += ["", *_synthesis_toml(spec.meta.synthesis)]
     limits = [(k, v) for k, v in spec.limits.as_dict().items() if v is not None]
     if limits:
         lines += ["", "[limits]"]
@@ -318,6 +379,20 @@ def spec_to_toml(spec: TaskSpec) -> str:
             f"{k} = {toml_string(v) if isinstance(v, str) else _toml_number(float(v))}" for k, v in limits
         ]
     return "\n".join(lines) + "\n"
+
+
+def _synthesis_toml(synthesis: SynthesisMeta) -> list[str]:
+    def strings(values: Sequence[str]) -> str:
+        return "[" + ", ".join(toml_string(value) for value in values) + "]"
+
+    lines = ["[meta.synthesis]"]
+    for key in ("project", "version", "operator", "file", "mutation"):
+        lines.append(f"{key} = {toml_string(getattr(synthesis, key))}")
+    lines.append(f"fail_to_pass = {strings(synthesis.fail_to_pass)}")
+    lines.append(f"pass_to_pass = {strings(synthesis.pass_to_pass)}")
+    lines += ["", "[meta.synthesis.errors]"]
+    lines += [f"{toml_string(test)} = {toml_string(error)}" for test, error in synthesis.errors]
+    return lines
 
 
 _TOML_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r", "\b": "\\b", "\f": "\\f"}

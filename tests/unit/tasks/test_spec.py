@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from actors.tasks.spec import (
+    SynthesisMeta,
     TaskError,
     TaskMeta,
     TaskSpec,
@@ -42,7 +43,12 @@ def test_valid_task_loads(tmp_path: Path) -> None:
     solved = task.copy_repo(tmp_path / "solved", solved=True)
     assert (solved / "calc.py").read_text() == SOLVED["calc.py"]
     assert (task.copy_repo(tmp_path / "plain") / "calc.py").read_text() == REPO["calc.py"]
-    assert task.spec.as_dict()["meta"] == {"difficulty": "easy", "tags": ["test"], "source": None}
+    assert task.spec.as_dict()["meta"] == {
+        "difficulty": "easy",
+        "tags": ["test"],
+        "source": None,
+        "synthesis": None,
+    }
 
 
 def _toml(**replace: str) -> str:
@@ -218,6 +224,17 @@ def test_find_and_load_task_sets(tmp_path: Path) -> None:
 
 
 _TEXT = st.text(st.characters(exclude_categories=["Cs"]), min_size=1).filter(str.strip)
+_IDS = st.lists(_TEXT, min_size=1, max_size=3, unique=True).map(tuple)
+_SYNTHESIS = st.builds(
+    SynthesisMeta,
+    project=_TEXT, version=_TEXT, operator=_TEXT, file=_TEXT, mutation=_TEXT,
+    fail_to_pass=_IDS,
+    pass_to_pass=st.lists(_TEXT, max_size=3).map(tuple),
+).flatmap(
+    lambda made: st.lists(_TEXT, max_size=len(made.fail_to_pass), min_size=len(made.fail_to_pass)).map(
+        lambda errors: dataclasses.replace(made, errors=tuple(zip(made.fail_to_pass, errors, strict=True)))
+    )
+)  # fmt: skip
 _SPECS = st.builds(
     TaskSpec,
     id=st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,20}", fullmatch=True),
@@ -233,6 +250,7 @@ _SPECS = st.builds(
         difficulty=st.none() | st.sampled_from(["easy", "medium", "hard"]),
         tags=st.lists(_TEXT, max_size=3).map(tuple),
         source=st.none() | _TEXT,
+        synthesis=st.none() | _SYNTHESIS,
     ),
 )
 
@@ -301,3 +319,20 @@ def test_a_survey_reports_every_problem_and_every_folder_that_is_not_a_task(tmp_
         tmp_path / "set" / name for name in ("a", "broken", "deeper/b", "twin")
     )
     assert find_task_folders(tmp_path / "nope")[1][0].problem == "is not a folder"
+
+
+def test_synthesis_meta_is_checked(tmp_path: Path) -> None:
+    synthesis = {
+        "project": "toolz", "version": "1.0.0", "operator": "compare", "file": "toolz/itertoolz.py",
+        "mutation": "`<` -> `<=`", "fail_to_pass": ["tests/test_a.py::test_x"], "pass_to_pass": [],
+    }  # fmt: skip
+    data = {"id": "t", "instruction": "do it", "timeout_s": 10, "meta": {"synthesis": synthesis}}
+    spec = parse_spec(data, tmp_path / "task.toml")
+    assert spec.meta.synthesis is not None and spec.meta.synthesis.file == "toolz/itertoolz.py"
+    with pytest.raises(TaskError, match="must name at least one test"):
+        parse_spec({**data, "meta": {"synthesis": {**synthesis, "fail_to_pass": []}}}, tmp_path / "task.toml")
+    with pytest.raises(TaskError, match="not in fail_to_pass"):
+        errors = {"tests/test_a.py::test_y": "boom"}
+        parse_spec({**data, "meta": {"synthesis": {**synthesis, "errors": errors}}}, tmp_path / "task.toml")
+    with pytest.raises(TaskError, match=r"meta\.synthesis\.seed"):
+        parse_spec({**data, "meta": {"synthesis": {**synthesis, "seed": 1}}}, tmp_path / "task.toml")
