@@ -4,8 +4,8 @@ The verifier must know which tests *should* be reported before it runs anything:
 from the report (not collected, crashed the run, hidden by the workspace) counts as failed. Reading the
 files statically gives that list without trusting any run. The rules are pytest's defaults, which the
 verifier enforces (no workspace configuration is in effect): files `test_*.py` or `*_test.py`, functions
-named `test*` at module level, and `test*` methods of `Test*` classes without an `__init__`, nested
-classes included.
+named `test*` at module level, `test*` methods of `Test*` classes without an `__init__`, nested
+classes included, and `test*` methods of any class deriving from unittest's `TestCase` by name.
 
 Ids look like pytest node ids relative to the task folder: `tests/test_calc.py::TestAdd::test_zero`. A
 parametrized test has one id here; `expand_instances` replaces it by its instances
@@ -56,8 +56,13 @@ def discover_test_ids(task_dir: Path, tests_dir: Path) -> tuple[str, ...]:
 
 
 def _names_in(path: Path) -> Iterator[str]:
+    yield from names_of_tests(path.read_bytes(), path)
+
+
+def names_of_tests(source: bytes | str, path: Path) -> Iterator[str]:
+    """The test names of one file's `source` (`test_x`, `TestA::test_y`), in source order."""
     try:
-        tree = ast.parse(path.read_bytes(), filename=str(path))
+        tree = ast.parse(source, filename=str(path))
     except SyntaxError as exc:
         raise TestFileError(path, f"syntax error at line {exc.lineno}: {exc.msg}") from None
     except ValueError as exc:  # e.g. null bytes
@@ -69,8 +74,24 @@ def _names_in_body(body: list[ast.stmt], prefix: str) -> Iterator[str]:
     for node in body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test"):
             yield prefix + node.name
-        elif isinstance(node, ast.ClassDef) and node.name.startswith("Test") and not _has_init(node):
+        elif isinstance(node, ast.ClassDef) and is_test_class(node):
             yield from _names_in_body(node.body, prefix=f"{prefix}{node.name}::")
+
+
+# pytest collects a subclass of these whatever its name (and its `__init__` is unittest's own).
+UNITTEST_BASES = frozenset({"TestCase", "IsolatedAsyncioTestCase"})
+
+
+def is_test_class(node: ast.ClassDef) -> bool:
+    """A class pytest collects tests from: `Test*` without an `__init__`, or one deriving from unittest's."""
+    return (node.name.startswith("Test") and not _has_init(node)) or _is_unittest_class(node)
+
+
+def _is_unittest_class(node: ast.ClassDef) -> bool:
+    """A class naming unittest's TestCase among its bases (`TestCase`, `unittest.TestCase`). One deriving
+    from a project's own base class is not seen: its tests are then not frozen ids, so never graded."""
+    names = {base.id if isinstance(base, ast.Name) else getattr(base, "attr", "") for base in node.bases}
+    return bool(names & UNITTEST_BASES)
 
 
 def _has_init(node: ast.ClassDef) -> bool:

@@ -1,0 +1,339 @@
+"""Synthesis of one project: baseline runs, mutants tried one at a time, kept ones written as tasks.
+
+1. Baseline. The suite runs `baseline_runs` times in a sandbox (the first run traced: which workspace
+   functions each test calls). Usable tests passed every time and are frozen ids the grader sees; the
+   ones that passed only sometimes are listed as flaky and never used.
+2. Mutants, in `mutate.sample` order (spread over modules and operators). For each: the tests that can
+   reach it (those that called the function it is in; every usable test for a mutant at module or class
+   level, which runs at import), run with the mutant in place. Kept when 1 to `max_failing` of them fail,
+   the rest pass, no other mutant already failed exactly that set (deduplicated), and a second run fails
+   the very same set. A test that never calls the mutated function runs the same code as before, so it
+   still passes: that is how "the rest still pass" is known without rerunning the whole suite per mutant.
+3. Writing: the task folder (`writer.write_task`), its instruction from the failing tests only.
+
+Work is spread over `jobs` sandboxes (threads: the work is in the sandboxes). Decisions are pure given the
+runs' results; the order of kept tasks is the sample order, whatever the threads' timing.
+"""
+
+from __future__ import annotations
+
+import ast
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from actors.tasks.synth import instruction as texts
+from actors.tasks.synth.mutate import Mutation, mutations, sample
+from actors.tasks.synth.project import Project
+from actors.tasks.synth.suite import SuiteRun, SuiteSandbox
+from actors.tasks.synth.writer import Kept, LeakError, write_task
+from actors.tasks.testids import TestFileError, names_of_tests
+from sandbox_agent.backend import SandboxBackend
+from sandbox_agent.limits import SandboxSpec
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class SynthOptions:
+    max_tasks: int | None = None  # stop once this many are kept (None: try every sampled mutant)
+    max_mutants: int | None = None  # try at most this many
+    seed: int = 0
+    jobs: int = 1
+    max_failing: int = 10  # K: a mutant failing more tests than this is too broad to be one bug
+    baseline_runs: int = 3
+    pass_to_pass: int = 10  # passing tests sampled into each task's hidden tests
+    suite_timeout_s: float = 600.0
+    task_timeout_s: float = 120.0
+
+
+class Reject:
+    """Why a mutant did not become a task (the yield table's columns)."""
+
+    NOT_REACHED = "no-test-reaches-it"
+    NO_FAILURE = "no-test-fails"
+    TOO_MANY = "too-many-fail"
+    DUPLICATE = "same-failing-tests"
+    UNSTABLE = "unstable-on-rerun"
+    INCOMPLETE = "run-incomplete"
+    LEAK = "leak-or-invalid"
+    INSTRUCTION = "instruction-leaks"
+
+
+@dataclass
+class SynthReport:
+    project: str
+    usable: int = 0
+    flaky: tuple[str, ...] = ()
+    unusable: int = 0  # failing, erroring or skipped at baseline, or not a frozen id
+    mutants_available: int = 0
+    tried: int = 0
+    kept: list[str] = field(default_factory=list)
+    rejected: Counter[str] = field(default_factory=Counter)
+    by_operator: Counter[str] = field(default_factory=Counter)
+    tests_run: int = 0
+    baseline_s: float = 0.0
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        kept = len(self.kept)
+        return {
+            "project": self.project,
+            "usable_tests": self.usable,
+            "flaky_tests": list(self.flaky),
+            "unusable_tests": self.unusable,
+            "mutants_available": self.mutants_available,
+            "mutants_tried": self.tried,
+            "kept": kept,
+            "rejected": dict(sorted(self.rejected.items())),
+            "kept_by_operator": dict(sorted(self.by_operator.items())),
+            "tests_run": self.tests_run,
+            "baseline_s": round(self.baseline_s, 1),
+            "seconds": round(self.seconds, 1),
+            "seconds_per_kept_task": round(self.seconds / kept, 2) if kept else None,
+            "tasks": list(self.kept),
+        }
+
+
+@dataclass(frozen=True)
+class Baseline:
+    usable: tuple[str, ...]
+    flaky: tuple[str, ...]
+    unusable: int
+    calls: dict[str, frozenset[str]]  # usable test -> "file:firstline" of the workspace code it called
+    durations_s: float
+
+
+def frozen_ids(project: Project) -> set[str]:
+    """Every test id the grader would see in the project's flat test files (no parameters)."""
+    ids: set[str] = set()
+    for path, flat in project.tests.items():
+        try:
+            ids.update(f"tests/{flat}::{name}" for name in names_of_tests(project.files[path], Path(path)))
+        except TestFileError:
+            continue
+    return ids
+
+
+def judge_baseline(runs: Sequence[SuiteRun], frozen: set[str]) -> Baseline:
+    """Usable: passed in every run and a frozen id (its base, for a parametrized instance)."""
+    if not runs or not all(run.complete for run in runs):
+        logs = "; ".join(run.log[-300:] for run in runs if not run.complete)
+        raise RuntimeError(f"the project's suite did not complete in the sandbox: {logs}")
+    seen = set().union(*(run.results for run in runs))
+    always = set.intersection(*(run.passing() for run in runs))
+    sometimes = set().union(*(run.passing() for run in runs)) - always
+    usable = sorted(test for test in always if test.partition("[")[0] in frozen)
+    calls = {test: runs[0].calls.get(test, frozenset()) for test in usable}
+    return Baseline(
+        tuple(usable), tuple(sorted(sometimes)), len(seen) - len(usable), calls, runs[0].duration_s
+    )
+
+
+def function_spans(source: str) -> list[tuple[int, int, frozenset[int]]]:
+    """Each function's body lines (first, last) and the lines its code object may start at (the first
+    decorator's, the def's), innermost last when nested."""
+    spans: list[tuple[int, int, frozenset[int]]] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno is not None:
+            starts = {node.lineno, *(decorator.lineno for decorator in node.decorator_list)}
+            spans.append((node.body[0].lineno, node.end_lineno, frozenset(starts)))
+    return sorted(spans, key=lambda span: (span[0], -span[1]))
+
+
+def reaching_tests(
+    mutation: Mutation, spans: Sequence[tuple[int, int, frozenset[int]]], baseline: Baseline
+) -> list[str]:
+    """The usable tests that can execute the mutated code (all of them for code run at import)."""
+    inside = [span for span in spans if span[0] <= mutation.line and mutation.end_line <= span[1]]
+    if not inside:
+        return list(baseline.usable)
+    _, _, starts = max(inside, key=lambda span: span[0])  # the innermost function holding the mutant
+    marks = {f"{mutation.path}:{line}" for line in starts}
+    return [test for test in baseline.usable if baseline.calls.get(test, frozenset()) & marks]
+
+
+def forbidden_snippets(mutation: Mutation, original: str, mutant: str) -> list[str]:
+    """Text that would name the fix: the replaced span both ways and the whole lines around it."""
+    lines = [*original.splitlines()[mutation.line - 1 : mutation.end_line]]
+    lines += mutant.splitlines()[mutation.line - 1 : mutation.end_line]
+    return [snippet.strip() for snippet in [mutation.before, mutation.after, *lines] if snippet.strip()]
+
+
+class Synthesizer:
+    def __init__(
+        self,
+        project: Project,
+        backend: SandboxBackend,
+        spec: SandboxSpec,
+        out: Path,
+        options: SynthOptions,
+        *,
+        image: str | None = None,
+        progress: Progress = lambda _line: None,
+    ) -> None:
+        self.project, self.backend, self.spec, self.out = project, backend, spec, out
+        self.options, self.image, self.progress = options, image, progress
+        self._started = time.monotonic()
+        self.report = SynthReport(project.source)
+        self._lock = threading.Lock()
+        self._seen_failures: set[frozenset[str]] = set()
+        self._stop = threading.Event()
+
+    def run(self) -> SynthReport:
+        started = self._started = time.monotonic()
+        self.out.mkdir(parents=True, exist_ok=True)
+        with SuiteSandbox(self.backend, self.spec, self.project, self.options.suite_timeout_s) as suite:
+            runs = [suite.run(trace=index == 0) for index in range(self.options.baseline_runs)]
+        baseline = judge_baseline(runs, frozen_ids(self.project))
+        report = self.report
+        report.usable, report.flaky, report.unusable = len(baseline.usable), baseline.flaky, baseline.unusable
+        report.tests_run += sum(len(run.results) for run in runs)
+        report.baseline_s = time.monotonic() - started
+        self.progress(
+            f"{self.project.source}: {len(baseline.usable)} usable tests, {len(baseline.flaky)} flaky, "
+            f"{baseline.unusable} unusable ({report.baseline_s:.0f} s for {len(runs)} baseline runs)"
+        )
+        by_module = {
+            path: mutations(self.project.files[path].decode(), path) for path in self.project.modules
+        }
+        report.mutants_available = sum(len(found) for found in by_module.values())
+        order = sample(by_module, self.options.max_mutants, self.options.seed)
+        spans = {path: function_spans(self.project.files[path].decode()) for path in by_module}
+        jobs = max(1, self.options.jobs)
+        queue = list(reversed(order))
+        decided: dict[int, Kept | str] = {}
+
+        def work() -> None:
+            with SuiteSandbox(self.backend, self.spec, self.project, self.options.suite_timeout_s) as suite:
+                while not self._stop.is_set():
+                    with self._lock:
+                        if not queue:
+                            return
+                        index = len(order) - len(queue)
+                        mutation = queue.pop()
+                    outcome = self._try(suite, mutation, spans[mutation.path], baseline)
+                    with self._lock:
+                        decided[index] = outcome
+                        self._account(mutation, outcome)
+
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            for future in [pool.submit(work) for _ in range(jobs)]:
+                future.result()
+        report.seconds = time.monotonic() - started
+        return report
+
+    def _account(self, mutation: Mutation, outcome: Kept | str) -> None:
+        report = self.report
+        report.tried += 1
+        if isinstance(outcome, str):
+            report.rejected[outcome] += 1
+        else:
+            report.by_operator[mutation.operator.value] += 1
+        if self.options.max_tasks is not None and len(report.kept) >= self.options.max_tasks:
+            self._stop.set()
+        if report.tried % 25 == 0:
+            elapsed = time.monotonic() - self._started
+            self.progress(
+                f"{self.project.source}: {report.tried} mutants tried, {len(report.kept)} kept "
+                f"({elapsed:.0f} s)"
+            )
+
+    def _try(self, suite: SuiteSandbox, mutation: Mutation, spans: Any, baseline: Baseline) -> Kept | str:
+        options = self.options
+        original = self.project.files[mutation.path].decode()
+        mutant = mutation.apply(original)
+        tests = reaching_tests(mutation, spans, baseline)
+        if not tests:
+            return Reject.NOT_REACHED
+        changed = {mutation.path: mutant.encode()}
+        first = suite.run(changed, tests)
+        with self._lock:
+            self.report.tests_run += len(first.results)
+        if not first.complete:
+            return Reject.INCOMPLETE
+        failing = first.failing(tests)
+        if not failing:
+            return Reject.NO_FAILURE
+        if len(failing) > options.max_failing:
+            return Reject.TOO_MANY
+        key = frozenset(failing)
+        with self._lock:
+            if key in self._seen_failures:
+                return Reject.DUPLICATE
+            self._seen_failures.add(key)
+        again = suite.run(changed, tests)
+        with self._lock:
+            self.report.tests_run += len(again.results)
+        if not again.complete or again.failing(tests) != failing:
+            return Reject.UNSTABLE
+        return self._keep(mutation, original, mutant, sorted(failing), tests, first)
+
+    def _keep(
+        self,
+        mutation: Mutation,
+        original: str,
+        mutant: str,
+        failing: list[str],
+        tests: list[str],
+        run: SuiteRun,
+    ) -> Kept | str:
+        rng = random.Random(f"{self.options.seed}:{mutation.key}")
+        failing_files = {test.partition("::")[0] for test in failing}
+        passing = [test for test in tests if test not in failing]
+        near = [test for test in passing if test.partition("::")[0] in failing_files]
+        far = [test for test in passing if test.partition("::")[0] not in failing_files]
+        rng.shuffle(near)
+        rng.shuffle(far)
+        pass_to_pass = sorted((near + far)[: self.options.pass_to_pass])
+        forbidden = forbidden_snippets(mutation, original, mutant)
+        failing_tests = [
+            texts.FailingTest(
+                test, self._docstring(test), run.results[test].error if test in run.results else ""
+            )
+            for test in failing
+        ]
+        instruction = texts.write_instruction(self.project.name, failing_tests, forbidden=forbidden)
+        if texts.leaks(instruction, forbidden):
+            return Reject.INSTRUCTION
+        errors = tuple(
+            (test.test_id, texts.error_excerpt(test.error, forbidden)) for test in failing_tests if test.error
+        )
+        kept = Kept(
+            key=mutation.key,
+            operator=mutation.operator.value,
+            path=mutation.path,
+            mutant=mutant.encode(),
+            mutation=mutation.describe(),
+            fail_to_pass=tuple(failing),
+            pass_to_pass=tuple(pass_to_pass),
+            errors=errors,
+            instruction=instruction,
+            timeout_s=self.options.task_timeout_s,
+        )
+        try:
+            folder = write_task(self.project, kept, self.out, image=self.image)
+        except (LeakError, ValueError) as exc:
+            self.progress(f"rejected {mutation.key}: {exc}")
+            return Reject.LEAK
+        with self._lock:
+            self.report.kept.append(folder.name)
+        return kept
+
+    def _docstring(self, test_id: str) -> str | None:
+        file_part, _, name = test_id.partition("::")
+        source = self.project.files[self.project.test_path(PurePosixPath(file_part).name)]
+        node: Any = ast.parse(source)
+        for part in name.partition("[")[0].split("::"):
+            node = next(
+                (item for item in getattr(node, "body", []) if getattr(item, "name", None) == part), None
+            )
+            if node is None:
+                return None
+        return ast.get_docstring(node)
