@@ -18,6 +18,7 @@ from actors.tasks.humaneval import PACKAGE
 from actors.tasks.toy import Variant
 from ops.cli import kit
 from ops.cli.grading import EXIT_FOUND, EXIT_OK, add_validate, register_verify, report_malformed
+from ops.cli.task_difficulty import add_difficulty
 from ops.console import say
 
 if TYPE_CHECKING:
@@ -130,6 +131,7 @@ def register(subparsers: kit.Subparsers) -> None:
     kit.add_json(decon, "print one JSON document: the report, or the problems found")
 
     add_validate(commands)
+    add_difficulty(commands)
     register_verify(subparsers)
 
 
