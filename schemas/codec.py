@@ -33,6 +33,7 @@ from schemas.canaries import CanaryGraded
 from schemas.catalog import SchemaCatalog, SchemaError
 from schemas.commands import AbortEpisode, StartEpisode
 from schemas.deadletter import DeadLetter
+from schemas.difficulty import TaskDifficulty
 from schemas.events import EPISODE_EVENT_TYPES
 from schemas.publications import PolicyPublished, TaskPublished
 from schemas.record import AvroDict, Record
@@ -288,6 +289,7 @@ DEFAULT_TYPES: tuple[type[Record], ...] = (
     TrajectoryFailed,
     PolicyPublished,
     TaskPublished,
+    TaskDifficulty,
     DeadLetter,
     EpisodeState,
     *CONTROL_TYPES,

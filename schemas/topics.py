@@ -22,6 +22,7 @@ from schemas.alerts import Alert
 from schemas.canaries import CanaryGraded
 from schemas.commands import AbortEpisode, StartEpisode
 from schemas.deadletter import DeadLetter
+from schemas.difficulty import TaskDifficulty
 from schemas.events import (
     EPISODE_EVENT_TYPES,
     ActionProposed,
@@ -69,7 +70,9 @@ class Topic:
         return topic_name(run, self.name)
 
 
-TASKS = Topic("tasks", 1, Key.TASK_ID, (TaskPublished,), COMPACT)
+# A task's measured difficulty sits beside it, keyed `difficulty/<task id>` (schemas.difficulty): compaction
+# keeps the newest of each key, so a measurement never replaces the task's publication.
+TASKS = Topic("tasks", 1, Key.TASK_ID, (TaskPublished, TaskDifficulty), COMPACT)
 EPISODE_COMMANDS = Topic("episode.commands", 8, Key.EPISODE_ID, (StartEpisode, AbortEpisode))
 EPISODE_EVENTS = Topic("episode.events", 8, Key.EPISODE_ID, EPISODE_EVENT_TYPES)
 POLICY_REQUESTS = Topic("policy.requests", 8, Key.EPISODE_ID, (PolicyRequest,))

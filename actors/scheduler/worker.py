@@ -1,11 +1,12 @@
 """The scheduler as a Kafka process: start episodes on `episode.commands` until N of them have ended.
 
 On start it rebuilds its state from the log, so a restart never starts extra episodes: the tasks (the
-compacted `tasks` topic), every StartEpisode of the run already on `episode.commands` and every ended
-episode on `trajectories.completed` / `trajectories.failed`, and the run's control log (`run.control`),
-each read from the beginning. Then it follows the trajectory topics, the control log (partitions assigned
-by hand, offsets committed under the group `<run>.trialog-scheduler` for visibility) and the tasks topic,
-and sends what `core.decide` asks for, each command acknowledged (acks=all) before it counts as started.
+compacted `tasks` topic, with their measured difficulties), every StartEpisode of the run already on
+`episode.commands` and every ended episode on `trajectories.completed` / `trajectories.failed`, and the
+run's control log (`run.control`), each read from the beginning. Then it follows the trajectory topics,
+the control log (partitions assigned by hand, offsets committed under the group `<run>.trialog-scheduler`
+for visibility) and the tasks topic (a difficulty measured later changes the draws from then on), and
+sends what `core.decide` asks for, each command acknowledged (acks=all) before it counts as started.
 While the run is paused it sends nothing and says so once on stderr. It exits 0 once N episodes have ended.
 
 Kafka unreachable (a broker restart): at start-up it waits for the broker (`streams.kafka.serving.connected`);
@@ -28,6 +29,7 @@ from kafka.errors import KafkaError, KafkaTimeoutError
 from actors.scheduler.core import SchedulerState, Target, decide, pause_notice, progress
 from schemas.codec import default_codec
 from schemas.commands import StartEpisode
+from schemas.difficulty import TaskDifficulty
 from schemas.origin import Origin
 from schemas.publications import TaskPublished
 from schemas.run_control import CONTROL_TYPES
@@ -79,6 +81,8 @@ class SchedulerProcess:
         run = self.settings.target.run_id
         if isinstance(value, TaskPublished):
             self.state.observe_task(value)
+        elif isinstance(value, TaskDifficulty):
+            self.state.observe_difficulty(value)
         elif isinstance(value, StartEpisode):
             self.state.observe_start(value, run)
         elif isinstance(value, (TrajectoryCompleted, TrajectoryFailed)):

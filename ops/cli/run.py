@@ -241,7 +241,7 @@ def _cmd_run_start(args: argparse.Namespace) -> int:
         )  # fmt: skip
         workers.start(commands)
         try:
-            code = _schedule_beside(workers, settings, instance)
+            code = schedule_beside(workers, settings, instance)
         finally:
             codes = workers.stop()
             say(f"run {run}: workers stopped {codes} [{_since(started)}]")
@@ -250,7 +250,7 @@ def _cmd_run_start(args: argparse.Namespace) -> int:
     return code
 
 
-def _schedule_beside(workers: Workers, settings: SchedulerSettings, instance: str) -> int:
+def schedule_beside(workers: Workers, settings: SchedulerSettings, instance: str) -> int:
     """The scheduler in a thread while this one watches the workers: one that dies stops the run (1);
     SIGTERM or SIGINT stop the scheduler, then the workers."""
     from actors.scheduler.worker import SchedulerProcess

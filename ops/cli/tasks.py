@@ -19,6 +19,7 @@ from actors.tasks.toy import Variant
 from ops.cli import kit
 from ops.cli.grading import EXIT_FOUND, EXIT_OK, add_validate, register_verify, report_malformed
 from ops.cli.synthesize import add_synthesize
+from ops.cli.task_difficulty import add_difficulty
 from ops.console import say
 
 if TYPE_CHECKING:
@@ -132,6 +133,7 @@ def register(subparsers: kit.Subparsers) -> None:
 
     add_validate(commands)
     add_synthesize(commands)
+    add_difficulty(commands)
     register_verify(subparsers)
 
 

@@ -12,7 +12,13 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from actors.scheduler.defaults import DEFAULT_CAPACITY, DEFAULT_GROUP_SIZE, DEFAULT_MAX_STEPS
+from actors.scheduler.defaults import (
+    DEFAULT_CAPACITY,
+    DEFAULT_GROUP_SIZE,
+    DEFAULT_MAX_STEPS,
+    DEFAULT_RETEST_EVERY,
+)
+from actors.scheduler.difficulty import BucketWeights
 from ops.cli import kit
 
 if TYPE_CHECKING:
@@ -21,7 +27,8 @@ if TYPE_CHECKING:
 
 
 def add_target_arguments(command: argparse.ArgumentParser) -> None:
-    """--episodes, --capacity, --group-size, --seed, --round-robin, --max-steps (shared with `run start`)."""
+    """--episodes, --capacity, --group-size, --seed, --round-robin, --max-steps, --bucket-weights,
+    --retest-every (shared with `run start`)."""
     add = command.add_argument
     add("--episodes", type=kit.positive_int, metavar="N", required=True, help="how many episodes the run has")
     add(
@@ -38,6 +45,21 @@ def add_target_arguments(command: argparse.ArgumentParser) -> None:
         help="give groups the tasks in turn (sorted by id), not drawn: every task equally")  # fmt: skip
     add("--max-steps", type=kit.positive_int, metavar="N", default=DEFAULT_MAX_STEPS,
         help="actions per episode, submit included")  # fmt: skip
+    add("--bucket-weights", type=bucket_weights, metavar="B=W,...", default=BucketWeights(),
+        help="how often each difficulty bucket is drawn (buckets from `trialog tasks difficulty`: hard, "
+        "medium, easy, unmeasured; unnamed ones keep their default), e.g. hard=2,medium=1,easy=0.5 "
+        f"(default: {BucketWeights().text()})")  # fmt: skip
+    add("--retest-every", type=kit.non_negative_int, metavar="N", default=DEFAULT_RETEST_EVERY,
+        help="every N-th group draws among the retired tasks (always or never solved), which are not "
+        "drawn otherwise; 0: never")  # fmt: skip
+
+
+def bucket_weights(text: str) -> BucketWeights:
+    """argparse type of --bucket-weights."""
+    try:
+        return BucketWeights.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def register(workers: kit.Subparsers) -> None:
@@ -50,6 +72,8 @@ def register(workers: kit.Subparsers) -> None:
         examples=(
             "trialog worker scheduler --run RUN --episodes 8",
             "trialog worker scheduler --run RUN --episodes 64 --group-size 4 --capacity 16 --round-robin",
+            "trialog worker scheduler --run RUN --episodes 64 --group-size 4 "
+            "--bucket-weights hard=2,easy=0.5 --retest-every 8",
         ),
     )
     kit.add_run(command)
@@ -71,6 +95,8 @@ def target_of(args: argparse.Namespace, run: str) -> Target:
         seed=args.seed,
         max_steps=args.max_steps,
         round_robin=args.round_robin,
+        bucket_weights=args.bucket_weights,
+        retest_every=args.retest_every,
     )
 
 

@@ -13,6 +13,7 @@ from schemas.canaries import CanaryGraded
 from schemas.commands import AbortEpisode, StartEpisode
 from schemas.common import EpisodeConfig, EventMeta, FailureClass, Output, Producer, RecordMeta, Verdict
 from schemas.deadletter import DeadLetter
+from schemas.difficulty import TaskDifficulty
 from schemas.events import (
     ActionProposed,
     EpisodeCompleted,
@@ -234,6 +235,9 @@ RECORDS: dict[type[Record], st.SearchStrategy[Any]] = {
         LONG,
         LONG,
         LONG,
+    ),
+    TaskDifficulty: st.builds(
+        TaskDifficulty, record_metas, TEXT, HEX64, LONG, INT, INT, DOUBLE, TEXT, TEXT, INT
     ),
     Alert: st.builds(
         Alert,

@@ -28,6 +28,7 @@ REQUIRED = [
     "trialog.trajectory.TrajectoryFailed",
     "trialog.policy.PolicyPublished",
     "trialog.task.TaskPublished",
+    "trialog.task.TaskDifficulty",
     "trialog.ops.DeadLetter",
 ]
 EVENT_META_FIELDS = {
