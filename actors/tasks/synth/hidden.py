@@ -36,6 +36,24 @@ def cut_tests(source: str, keep: Collection[str]) -> str:
     return "".join(out)
 
 
+def needed_tests(source: str, keep: Collection[str]) -> set[str]:
+    """`keep` and the module-level tests the kept ones call by name, transitively (`test_is_partial`
+    calling `test_is_valid`): cutting those would break the kept ones."""
+    tree = ast.parse(source)
+    functions = {
+        node.name: node
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test")
+    }
+    needed, todo = set(keep), [name for name in keep if name in functions]
+    while todo:
+        for node in ast.walk(functions[todo.pop()]):
+            if isinstance(node, ast.Name) and node.id in functions and node.id not in needed:
+                needed.add(node.id)
+                todo.append(node.id)
+    return needed
+
+
 def _spans(body: list[ast.stmt], prefix: str, keep: set[str]) -> Iterator[tuple[int, int]]:
     for node in body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test"):

@@ -29,6 +29,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from actors.tasks.synth import instruction as texts
+from actors.tasks.synth.hidden import needed_tests
 from actors.tasks.synth.mutate import Mutation, mutations, sample
 from actors.tasks.synth.project import Project
 from actors.tasks.synth.suite import SuiteRun, SuiteSandbox
@@ -64,6 +65,7 @@ class Reject:
     INCOMPLETE = "run-incomplete"
     LEAK = "leak-or-invalid"
     INSTRUCTION = "instruction-leaks"
+    CALLS_UNRUN = "calls-an-unusable-test"
 
 
 @dataclass
@@ -185,6 +187,7 @@ class Synthesizer:
         self._lock = threading.Lock()
         self._seen_failures: set[frozenset[str]] = set()
         self._stop = threading.Event()
+        self._usable: set[str] = set()
 
     def run(self) -> SynthReport:
         started = self._started = time.monotonic()
@@ -192,6 +195,7 @@ class Synthesizer:
         with SuiteSandbox(self.backend, self.spec, self.project, self.options.suite_timeout_s) as suite:
             runs = [suite.run(trace=index == 0) for index in range(self.options.baseline_runs)]
         baseline = judge_baseline(runs, frozen_ids(self.project))
+        self._usable = set(baseline.usable)
         report = self.report
         report.usable, report.flaky, report.unusable = len(baseline.usable), baseline.flaky, baseline.unusable
         report.tests_run += sum(len(run.results) for run in runs)
@@ -292,6 +296,12 @@ class Synthesizer:
         rng.shuffle(near)
         rng.shuffle(far)
         pass_to_pass = sorted((near + far)[: self.options.pass_to_pass])
+        called = self._called_tests([*failing, *pass_to_pass])
+        # A called test that did not reach the mutant runs unchanged code: it passes as at baseline.
+        unreached = self._usable - set(tests)
+        if not called <= set(passing) | set(failing) | unreached:
+            return Reject.CALLS_UNRUN
+        pass_to_pass = sorted(set(pass_to_pass) | (called - set(failing)))
         forbidden = forbidden_snippets(mutation, original, mutant)
         failing_tests = [
             texts.FailingTest(
@@ -325,6 +335,18 @@ class Synthesizer:
         with self._lock:
             self.report.kept.append(folder.name)
         return kept
+
+    def _called_tests(self, test_ids: Sequence[str]) -> set[str]:
+        """The module-level tests that `test_ids` call by name (they must be kept in the hidden file)."""
+        by_file: dict[str, set[str]] = {}
+        for test_id in test_ids:
+            file_part, _, name = test_id.partition("::")
+            by_file.setdefault(file_part, set()).add(name.partition("[")[0])
+        called: set[str] = set()
+        for file_part, names in by_file.items():
+            source = self.project.files[self.project.test_path(PurePosixPath(file_part).name)].decode()
+            called |= {f"{file_part}::{name}" for name in needed_tests(source, names) - names}
+        return called
 
     def _docstring(self, test_id: str) -> str | None:
         file_part, _, name = test_id.partition("::")
