@@ -66,11 +66,20 @@ def _names_in(path: Path) -> Iterator[str]:
 
 
 def _names_in_body(body: list[ast.stmt], prefix: str) -> Iterator[str]:
+    for name, _function, _classes in iter_tests(body, prefix):
+        yield name
+
+
+def iter_tests(
+    body: list[ast.stmt], prefix: str = "", classes: tuple[ast.ClassDef, ...] = ()
+) -> Iterator[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef, tuple[ast.ClassDef, ...]]]:
+    """Each test of a parsed module's `body` as pytest collects it: its name within the file
+    (`TestAdd::test_zero`), its function, and the test classes around it, outermost first."""
     for node in body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test"):
-            yield prefix + node.name
+            yield prefix + node.name, node, classes
         elif isinstance(node, ast.ClassDef) and node.name.startswith("Test") and not _has_init(node):
-            yield from _names_in_body(node.body, prefix=f"{prefix}{node.name}::")
+            yield from iter_tests(node.body, f"{prefix}{node.name}::", (*classes, node))
 
 
 def _has_init(node: ast.ClassDef) -> bool:
