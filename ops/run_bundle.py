@@ -49,6 +49,7 @@ from ops.objects_gc import Marker
 from sandbox_agent.snapshots import SnapshotStore
 from schemas.blobs import BlobIntegrityError, BlobRef, LocalObjectStore, ObjectStore
 from schemas.codec import Codec, DecodeError, default_codec
+from schemas.publications import TaskPublished
 from schemas.run_control import RunPinned
 from schemas.topics import RUN_CONTROL, TASKS
 
@@ -184,7 +185,7 @@ class LogContents:
         image = decoded.get("image")
         if isinstance(image, str) and image:
             self.images.add(image)
-        if record.topic == TASKS.name and "task_id" in decoded:
+        if record.topic == TASKS.name and name == TaskPublished.SCHEMA:  # not a review (TaskReviewed)
             self.tasks[(decoded["task_id"], decoded["task_version"])] = {
                 "task_id": decoded["task_id"],
                 "task_version": decoded["task_version"],

@@ -34,7 +34,7 @@ from schemas.catalog import SchemaCatalog, SchemaError
 from schemas.commands import AbortEpisode, StartEpisode
 from schemas.deadletter import DeadLetter
 from schemas.events import EPISODE_EVENT_TYPES
-from schemas.publications import PolicyPublished, TaskPublished
+from schemas.publications import PolicyPublished, TaskPublished, TaskReviewed
 from schemas.record import AvroDict, Record
 from schemas.requests import PolicyRequest, SandboxRequest, VerifyRequest
 from schemas.run_control import CONTROL_TYPES
@@ -288,6 +288,7 @@ DEFAULT_TYPES: tuple[type[Record], ...] = (
     TrajectoryFailed,
     PolicyPublished,
     TaskPublished,
+    TaskReviewed,
     DeadLetter,
     EpisodeState,
     *CONTROL_TYPES,

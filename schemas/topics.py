@@ -29,7 +29,7 @@ from schemas.events import (
     RewardAssigned,
     StepExecuted,
 )
-from schemas.publications import PolicyPublished, TaskPublished
+from schemas.publications import PolicyPublished, TaskPublished, TaskReviewed
 from schemas.record import Record
 from schemas.requests import PolicyRequest, SandboxRequest, VerifyRequest
 from schemas.run_control import CONTROL_TYPES
@@ -69,7 +69,9 @@ class Topic:
         return topic_name(run, self.name)
 
 
-TASKS = Topic("tasks", 1, Key.TASK_ID, (TaskPublished,), COMPACT)
+# A task's publication is keyed by its id, its reviews by `review/<id>/<version>` (`review_key`):
+# compaction keeps the last of each, so neither ever drops the other. Readers of tasks skip reviews by type.
+TASKS = Topic("tasks", 1, Key.TASK_ID, (TaskPublished, TaskReviewed), COMPACT)
 EPISODE_COMMANDS = Topic("episode.commands", 8, Key.EPISODE_ID, (StartEpisode, AbortEpisode))
 EPISODE_EVENTS = Topic("episode.events", 8, Key.EPISODE_ID, EPISODE_EVENT_TYPES)
 POLICY_REQUESTS = Topic("policy.requests", 8, Key.EPISODE_ID, (PolicyRequest,))

@@ -1,7 +1,7 @@
 """`trialog verify`, `trialog tasks validate` and `trialog tasks publish`: commands that grade in sandboxes.
 
 Exit codes: verify 0 pass, 1 any other verdict, 2 could not grade; validate 0 all valid, 1 some not,
-2 error; publish 0 all published, 1 some not valid (not published), 2 error.
+2 error; publish 0 all published, 1 some not valid or rejected in review (not published), 2 error.
 
 `validate` and `publish` first load and check every task under the folders given, statically, and report
 every problem of every task at once (exit 2) before a sandbox is started: a task set is fixed in one round.
@@ -227,12 +227,17 @@ def _cmd_publish(args: argparse.Namespace) -> int:
     results = _validate(args, found.tasks)
     valid = [Path(r.path) for r in results if r.verdict is Admission.VALID]
     try:
-        published = publish_tasks(
+        publication = publish_tasks(
             valid, bootstrap, LocalObjectStore(Paths.from_env().objects), str(sandbox_ref()), run=args.run
         )
     except StackError as exc:
         return kit.report_error("trialog tasks publish", exc, as_json=args.json)
+    published, rejected = publication.published, publication.rejected
     if args.json:
-        print(_summary(results, published=len(published)))
+        print(_summary(results, published=len(published), rejected_in_review=list(rejected)))
     print(f"published {len(published)} of {len(results)} tasks", file=sys.stderr)
+    if rejected:
+        print(
+            f"{len(rejected)} tasks rejected in review, not published: {', '.join(rejected)}", file=sys.stderr
+        )
     return EXIT_OK if len(published) == len(results) else EXIT_FOUND

@@ -18,6 +18,7 @@ from actors.tasks.humaneval import PACKAGE
 from actors.tasks.toy import Variant
 from ops.cli import kit
 from ops.cli.grading import EXIT_FOUND, EXIT_OK, add_validate, register_verify, report_malformed
+from ops.cli.review import add_review
 from ops.console import say
 
 if TYPE_CHECKING:
@@ -33,6 +34,7 @@ def register(subparsers: kit.Subparsers) -> None:
         examples=(
             "trialog tasks import toy --out /tmp/toy",
             "trialog tasks validate examples/tasks",
+            "trialog tasks review /tmp/synthesized --sample 20 --seed 7",
             "trialog tasks decontaminate --train examples/tasks --eval /tmp/humaneval",
         ),
     )
@@ -130,6 +132,7 @@ def register(subparsers: kit.Subparsers) -> None:
     kit.add_json(decon, "print one JSON document: the report, or the problems found")
 
     add_validate(commands)
+    add_review(commands)
     register_verify(subparsers)
 
 
