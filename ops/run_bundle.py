@@ -185,7 +185,7 @@ class LogContents:
         image = decoded.get("image")
         if isinstance(image, str) and image:
             self.images.add(image)
-        # The tasks topic also holds their difficulties (TaskDifficulty): only publications name files.
+        # The tasks topic also holds difficulties and reviews: only publications name files.
         if record.topic == TASKS.name and name == TaskPublished.SCHEMA:
             self.tasks[(decoded["task_id"], decoded["task_version"])] = {
                 "task_id": decoded["task_id"],

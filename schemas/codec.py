@@ -35,7 +35,7 @@ from schemas.commands import AbortEpisode, StartEpisode
 from schemas.deadletter import DeadLetter
 from schemas.difficulty import TaskDifficulty
 from schemas.events import EPISODE_EVENT_TYPES
-from schemas.publications import PolicyPublished, TaskPublished
+from schemas.publications import PolicyPublished, TaskPublished, TaskReviewed
 from schemas.record import AvroDict, Record
 from schemas.requests import PolicyRequest, SandboxRequest, VerifyRequest
 from schemas.run_control import CONTROL_TYPES
@@ -290,6 +290,7 @@ DEFAULT_TYPES: tuple[type[Record], ...] = (
     PolicyPublished,
     TaskPublished,
     TaskDifficulty,
+    TaskReviewed,
     DeadLetter,
     EpisodeState,
     *CONTROL_TYPES,

@@ -30,7 +30,7 @@ from schemas.events import (
     RewardAssigned,
     StepExecuted,
 )
-from schemas.publications import PolicyPublished, TaskPublished
+from schemas.publications import PolicyPublished, TaskPublished, TaskReviewed
 from schemas.record import Record
 from schemas.requests import PolicyRequest, SandboxRequest, VerifyRequest
 from schemas.run_control import CONTROL_TYPES
@@ -70,9 +70,10 @@ class Topic:
         return topic_name(run, self.name)
 
 
-# A task's measured difficulty sits beside it, keyed `difficulty/<task id>` (schemas.difficulty): compaction
-# keeps the newest of each key, so a measurement never replaces the task's publication.
-TASKS = Topic("tasks", 1, Key.TASK_ID, (TaskPublished, TaskDifficulty), COMPACT)
+# A task's publication is keyed by its id, its measured difficulty by `difficulty/<task id>`
+# (schemas.difficulty), its reviews by `review/<id>/<version>` (`review_key`): compaction keeps the last of
+# each key, so none ever drops another. Readers of tasks skip the records they do not want by type.
+TASKS = Topic("tasks", 1, Key.TASK_ID, (TaskPublished, TaskDifficulty, TaskReviewed), COMPACT)
 EPISODE_COMMANDS = Topic("episode.commands", 8, Key.EPISODE_ID, (StartEpisode, AbortEpisode))
 EPISODE_EVENTS = Topic("episode.events", 8, Key.EPISODE_ID, EPISODE_EVENT_TYPES)
 POLICY_REQUESTS = Topic("policy.requests", 8, Key.EPISODE_ID, (PolicyRequest,))

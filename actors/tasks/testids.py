@@ -67,15 +67,20 @@ def names_of_tests(source: bytes | str, path: Path) -> Iterator[str]:
         raise TestFileError(path, f"syntax error at line {exc.lineno}: {exc.msg}") from None
     except ValueError as exc:  # e.g. null bytes
         raise TestFileError(path, f"cannot be parsed: {exc}") from None
-    yield from _names_in_body(tree.body, prefix="")
+    for name, _function, _classes in iter_tests(tree.body):
+        yield name
 
 
-def _names_in_body(body: list[ast.stmt], prefix: str) -> Iterator[str]:
+def iter_tests(
+    body: list[ast.stmt], prefix: str = "", classes: tuple[ast.ClassDef, ...] = ()
+) -> Iterator[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef, tuple[ast.ClassDef, ...]]]:
+    """Each test of a parsed module's `body` as pytest collects it: its name within the file
+    (`TestAdd::test_zero`), its function, and the test classes around it, outermost first."""
     for node in body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test"):
-            yield prefix + node.name
+            yield prefix + node.name, node, classes
         elif isinstance(node, ast.ClassDef) and is_test_class(node):
-            yield from _names_in_body(node.body, prefix=f"{prefix}{node.name}::")
+            yield from iter_tests(node.body, f"{prefix}{node.name}::", (*classes, node))
 
 
 # pytest collects a subclass of these whatever its name (and its `__init__` is unittest's own).

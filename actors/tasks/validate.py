@@ -8,6 +8,11 @@ compares with `mock.ANY`, or uses frame introspection the harness refuses; train
 punish honest work as tampering), `gold_fails`, `unstable_ids` (the gold run reported tests other than the
 trusted collection of repo/ found: the expected ids would not be the ones graded).
 
+Before any sandbox runs, the hidden tests are read for static findings (`actors.tasks.static_checks`:
+tests without an assertion or without the code under test, network, sleeps, the wall clock, unseeded
+randomness). They are warnings carried in the result; with `strict_tests` a task with any is refused as
+`weak_tests` without running it.
+
 The expected ids (parametrized instances included) are those the verifier collected from the original
 repo/; they are listed in the JSON report.
 """
@@ -24,6 +29,7 @@ from typing import Any
 
 from actors.tasks.reward import Verdict, expected_id
 from actors.tasks.spec import Task, TaskError, load_task
+from actors.tasks.static_checks import Finding, check_task
 from actors.tasks.verify import Verification
 from sandbox_agent.scratch import owned_temp_dir
 
@@ -37,6 +43,7 @@ class Admission(StrEnum):
     TIMEOUT = "timeout"
     GOLD_TAMPERS = "gold_tampers"
     UNSTABLE_IDS = "unstable_ids"
+    WEAK_TESTS = "weak_tests"  # static findings on the hidden tests, refused only when asked to be strict
 
 
 @dataclass(frozen=True)
@@ -62,6 +69,7 @@ class TaskValidation:
     reasons: tuple[str, ...]
     runs: tuple[RunOutcome, ...] = field(default=())
     seconds: float = 0.0
+    findings: tuple[Finding, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -81,6 +89,7 @@ class TaskValidation:
                 for run in self.runs
             ],
             "seconds": round(self.seconds, 3),
+            "findings": [finding.to_json() for finding in self.findings],
         }
 
 
@@ -111,16 +120,26 @@ def judge(runs: Sequence[RunOutcome]) -> tuple[Admission, tuple[str, ...]]:
     return Admission.VALID, ()
 
 
-def validate_task(path: Path, verifier: Verifier, runs: int) -> TaskValidation:
+def validate_task(path: Path, verifier: Verifier, runs: int, *, strict_tests: bool = False) -> TaskValidation:
+    """Validate the task at `path` in `runs` runs; with `strict_tests`, static findings on its hidden tests
+    refuse it before anything runs."""
     started = time.monotonic()
     try:
         task = load_task(path)
     except TaskError as exc:
         return TaskValidation(str(path), None, None, Admission.INVALID_SPEC, (str(exc),))
+    findings = check_task(task)
+    if strict_tests and findings:
+        count = f"{len(findings)} static finding{'s' if len(findings) != 1 else ''} on the hidden tests"
+        kinds = ", ".join(sorted({finding.kind.value for finding in findings}))
+        return TaskValidation(
+            str(path), task.id, task.version, Admission.WEAK_TESTS, (f"{count} (--strict-tests): {kinds}",),
+            seconds=time.monotonic() - started, findings=findings,
+        )  # fmt: skip
     outcomes = tuple(_one_run(task, verifier) for _ in range(runs))
     verdict, reasons = judge(outcomes)
     return TaskValidation(
-        str(path), task.id, task.version, verdict, reasons, outcomes, time.monotonic() - started
+        str(path), task.id, task.version, verdict, reasons, outcomes, time.monotonic() - started, findings
     )
 
 
@@ -157,11 +176,14 @@ def validate_all(
     *,
     runs: int = 3,
     jobs: int = 2,
+    strict_tests: bool = False,
     on_done: Callable[[TaskValidation], None] = lambda _: None,
 ) -> list[TaskValidation]:
     """Validate tasks in parallel, at most `jobs` at a time (each holds one sandbox at a time)."""
     with ThreadPoolExecutor(max_workers=max(jobs, 1), thread_name_prefix="validate") as pool:
-        futures = [pool.submit(validate_task, path, verifier, runs) for path in paths]
+        futures = [
+            pool.submit(validate_task, path, verifier, runs, strict_tests=strict_tests) for path in paths
+        ]
         results = []
         for future in futures:
             results.append(future.result())

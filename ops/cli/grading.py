@@ -1,7 +1,7 @@
 """`trialog verify`, `trialog tasks validate` and `trialog tasks publish`: commands that grade in sandboxes.
 
 Exit codes: verify 0 pass, 1 any other verdict, 2 could not grade; validate 0 all valid, 1 some not,
-2 error; publish 0 all published, 1 some not valid (not published), 2 error.
+2 error; publish 0 all published, 1 some not valid or rejected in review (not published), 2 error.
 
 `validate` and `publish` first load and check every task under the folders given, statically, and report
 every problem of every task at once (exit 2) before a sandbox is started: a task set is fixed in one round.
@@ -58,12 +58,15 @@ def add_validate(commands: kit.Subparsers) -> None:
         "admit tasks only if solvable, not already solved, and stable",
         description="Admit tasks only if they are well-formed, solvable (the reference solution passes), "
         "not already solved (repo/ as given fails) and stable (the same verdicts every run). Every task is "
-        "first checked statically: all problems are reported at once, before any sandbox starts. "
+        "first checked statically: all problems are reported at once, before any sandbox starts. Static "
+        "findings on the hidden tests (no assertion, no code under test, network, sleeps, the wall clock, "
+        "unseeded randomness) are listed under each task; --strict-tests refuses such tasks. "
         "Exit code 0: all valid; 1: some not; 2: malformed tasks or no sandbox engine.",
         handler=_cmd_validate,
         examples=(
             "trialog tasks validate examples/tasks",
             "trialog tasks validate examples/tasks/easy-fix-add --runs 1 --json",
+            "trialog tasks validate /tmp/synthesized --strict-tests",
         ),
     )
     publish = kit.command(
@@ -88,6 +91,13 @@ def add_validate(commands: kit.Subparsers) -> None:
             type=kit.positive_int,
             default=min(4, os.cpu_count() or 1),
             help="tasks validated at once",
+        )
+        command.add_argument(
+            "--strict-tests",
+            action="store_true",
+            help="refuse a task with static findings on its hidden tests (no assertion, no code under "
+            "test, network, sleep, wall clock, unseeded randomness) as weak_tests; without it they are "
+            "warnings",
         )
         kit.add_json(command, "print one JSON document: every task's verdict, or the problems found")
     publish.add_argument(
@@ -165,12 +175,21 @@ def _validate(args: argparse.Namespace, tasks: Sequence[Task]) -> list[TaskValid
 
         with _sandbox_verifier() as run:
             folders = [task.root for task in tasks]
-            results = validate_all(folders, run, runs=args.runs, jobs=args.jobs, on_done=done)
+            results = validate_all(
+                folders, run, runs=args.runs, jobs=args.jobs, strict_tests=args.strict_tests, on_done=done
+            )
     if not args.json:
-        for result in results:
-            why = f"  ({'; '.join(result.reasons)})" if result.reasons else ""
-            print(f"{result.verdict.value:<16} {result.task_id or result.path}{why}")
+        print_validations(results)
     return results
+
+
+def print_validations(results: Sequence[TaskValidation]) -> None:
+    """One line per task (its verdict and why), then its static findings on the hidden tests, if any."""
+    for result in results:
+        why = f"  ({'; '.join(result.reasons)})" if result.reasons else ""
+        print(f"{result.verdict.value:<16} {result.task_id or result.path}{why}")
+        for finding in result.findings:
+            print(f"  {'finding':<14} {finding}")
 
 
 def _summary(results: Sequence[TaskValidation], **more: Any) -> str:
@@ -208,12 +227,17 @@ def _cmd_publish(args: argparse.Namespace) -> int:
     results = _validate(args, found.tasks)
     valid = [Path(r.path) for r in results if r.verdict is Admission.VALID]
     try:
-        published = publish_tasks(
+        publication = publish_tasks(
             valid, bootstrap, LocalObjectStore(Paths.from_env().objects), str(sandbox_ref()), run=args.run
         )
     except StackError as exc:
         return kit.report_error("trialog tasks publish", exc, as_json=args.json)
+    published, rejected = publication.published, publication.rejected
     if args.json:
-        print(_summary(results, published=len(published)))
+        print(_summary(results, published=len(published), rejected_in_review=list(rejected)))
     print(f"published {len(published)} of {len(results)} tasks", file=sys.stderr)
+    if rejected:
+        print(
+            f"{len(rejected)} tasks rejected in review, not published: {', '.join(rejected)}", file=sys.stderr
+        )
     return EXIT_OK if len(published) == len(results) else EXIT_FOUND

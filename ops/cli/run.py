@@ -214,10 +214,15 @@ def _cmd_run_start(args: argparse.Namespace) -> int:
         validate_tasks(args.tasks)
     created = ensure_topics(bootstrap, run)
     say(f"run {run}: {len(created)} topics created on {bootstrap}")
-    published = publish_tasks(
+    publication = publish_tasks(
         folders, bootstrap, LocalObjectStore(paths.objects), str(sandbox_ref()), run=run
     )
+    published = publication.published
     say(f"run {run}: published {len(published)} tasks ({', '.join(published)}) [{_since(started)}]")
+    if publication.rejected:
+        rejected = publication.rejected
+        say(f"run {run}: {len(rejected)} tasks rejected in review, not published: {', '.join(rejected)}")
+        folders = list(publication.folders)  # the pin names what the run grades: only what was published
     if not args.no_guard:
         from ops.run_pin import image_version, pin_run
 

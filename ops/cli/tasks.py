@@ -18,6 +18,7 @@ from actors.tasks.humaneval import PACKAGE
 from actors.tasks.toy import Variant
 from ops.cli import kit
 from ops.cli.grading import EXIT_FOUND, EXIT_OK, add_validate, register_verify, report_malformed
+from ops.cli.review import add_review
 from ops.cli.synthesize import add_synthesize
 from ops.cli.task_difficulty import add_difficulty
 from ops.console import say
@@ -35,6 +36,7 @@ def register(subparsers: kit.Subparsers) -> None:
         examples=(
             "trialog tasks import toy --out /tmp/toy",
             "trialog tasks validate examples/tasks",
+            "trialog tasks review /tmp/synthesized --sample 20 --seed 7",
             "trialog tasks decontaminate --train examples/tasks --eval /tmp/humaneval",
         ),
     )
@@ -133,6 +135,7 @@ def register(subparsers: kit.Subparsers) -> None:
 
     add_validate(commands)
     add_synthesize(commands)
+    add_review(commands)
     add_difficulty(commands)
     register_verify(subparsers)
 

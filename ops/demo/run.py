@@ -127,10 +127,12 @@ class Stage:
         from streams.kafka.topics import ensure_topics
 
         ensure_topics(self.bootstrap, run)
-        published = publish_tasks(
+        publication = publish_tasks(
             tasks, self.bootstrap, LocalObjectStore(self.paths.objects), str(sandbox_ref()), run=run
         )
-        self.say(f"run {run}: published {len(published)} tasks")
+        self.say(f"run {run}: published {len(publication.published)} tasks")
+        if publication.rejected:
+            self.say(f"run {run}: rejected in review, not published: {', '.join(publication.rejected)}")
 
     def workers(self, run: str, tasks: Sequence[Path], rollout_args: list[str]) -> Workers:
         commands = worker_commands(run, self.bootstrap, "llm", tasks, self.paths, rollout_args)

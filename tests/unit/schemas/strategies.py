@@ -23,7 +23,7 @@ from schemas.events import (
     StepExecuted,
     StepRecord,
 )
-from schemas.publications import PolicyPublished, TaskPublished
+from schemas.publications import PolicyPublished, ReviewDecision, ReviewStatus, TaskPublished, TaskReviewed
 from schemas.record import Record
 from schemas.requests import PolicyRequest, ResourceLimits, SamplingParams, SandboxRequest, VerifyRequest
 from schemas.run_control import (
@@ -182,6 +182,11 @@ RECORDS: dict[type[Record], st.SearchStrategy[Any]] = {
         st.none() | DOUBLE,
         OPT_TEXT,
         st.none() | st.builds(ResourceLimits, DOUBLE, INT, INT, INT),
+        st.sampled_from(ReviewStatus),
+        OPT_TEXT,
+    ),
+    TaskReviewed: st.builds(
+        TaskReviewed, record_metas, TEXT, HEX64, st.sampled_from(ReviewDecision), TEXT, TEXT
     ),
     DeadLetter: st.builds(
         DeadLetter,

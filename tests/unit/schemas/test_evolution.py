@@ -161,6 +161,28 @@ def test_v1_task_published_is_read_with_no_initial_snapshot_and_default_limits(c
     assert codec.decode_as(codec.encode(today), TaskPublished) == today
 
 
+def test_v2_task_published_is_read_as_unreviewed(codec: Codec) -> None:
+    from schemas.blobs import BlobRef
+    from schemas.common import Producer, RecordMeta
+    from schemas.publications import ReviewStatus, TaskPublished
+
+    today = TaskPublished(
+        RecordMeta("e-1", 1, Producer("tasks-publisher", "h"), None),
+        "task-1", "a" * 64, "fix it", "img:1", 30.0, "pytest", None, ("tests/**",),
+        BlobRef.of(b"bundle"), {}, None, "snap-1", None, ReviewStatus.ACCEPTED, "ada",
+    )  # fmt: skip
+    record = today.to_record()
+    del record["review"], record["reviewer"]  # what a v2 publisher wrote: there were no reviews
+    v2 = codec.catalog.version(TaskPublished.SCHEMA, 2)
+    data = write_with(v2, record)
+    assert codec.schema_of(data) == (TaskPublished.SCHEMA, 2)
+    read = codec.decode_as(data, TaskPublished)
+    # No upcaster: the default is the truth, nothing published before v3 had been reviewed.
+    assert (read.review, read.reviewer) == (ReviewStatus.UNREVIEWED, None)
+    assert read.initial_snapshot_id == "snap-1" and read.task_id == "task-1"
+    assert codec.decode_as(codec.encode(today), TaskPublished) == today
+
+
 # -- v2 of the messages that carry an action (InvalidReply joined the action union) -------------------------
 
 
