@@ -7,6 +7,9 @@ source ops/timed.sh
 
 timed "Python environment" bash ops/bootstrap.sh
 timed "stack parts: Docker engine, images, Kafka jars, Jaeger" .venv/bin/trialog prepare
+# The real project the synthesis test uses: its sdist from PyPI into the cache (tests reach loopback only).
+timed "synthesis sdist toolz==1.2.0 (PyPI once, then cached)" .venv/bin/trialog tasks synthesize \
+  --project toolz==1.2.0 --fetch-only
 timed "ruff" .venv/bin/python -m ruff check .
 timed "ruff format" .venv/bin/python -m ruff format --check .
 timed "mypy (strict)" .venv/bin/python -m mypy

@@ -31,6 +31,7 @@ def add_synthesize(commands: kit.Subparsers) -> None:
         handler=_cmd_synthesize,
         examples=(
             "trialog tasks synthesize --project toolz==1.2.0 --out /tmp/synth --max 50",
+            "trialog tasks synthesize --project toolz==1.2.0 --fetch-only",
             "trialog tasks synthesize --repo ./mylib --name mylib --version 0.1 --out /tmp/synth --jobs 2",
             "trialog tasks synthesize --project boltons==26.2.0 --out /tmp/s --eval /tmp/humaneval --json",
         ),
@@ -40,7 +41,10 @@ def add_synthesize(commands: kit.Subparsers) -> None:
     source.add_argument("--repo", type=kit.existing_dir, metavar="DIR", help="a project checkout on disk")
     command.add_argument("--name", help="the project's name, with --repo (default: the folder's name)")
     command.add_argument("--version", dest="project_version", default="0", help="its version, with --repo")
-    command.add_argument("--out", type=Path, required=True, metavar="DIR", help="where the task folders go")
+    command.add_argument("--out", type=Path, metavar="DIR", help="where the task folders go (required)")
+    command.add_argument(
+        "--fetch-only", action="store_true", help="fetch and check the project, print its folder, stop"
+    )
     command.add_argument("--max", type=kit.positive_int, metavar="N", help="stop after N kept tasks")
     command.add_argument("--max-mutants", type=kit.positive_int, metavar="M", help="try at most M mutants")
     command.add_argument("--seed", type=kit.non_negative_int, default=0, help="which mutants, in which order")
@@ -81,6 +85,8 @@ def _cmd_synthesize(args: argparse.Namespace) -> int:
 
     paths = Paths.from_env()
     try:
+        if args.out is None and not args.fetch_only:
+            raise ValueError("--out DIR is required: where the task folders go")
         if args.project is not None:
             if args.name is not None:
                 raise ValueError("--name goes with --repo; --project names the release itself")
@@ -94,6 +100,9 @@ def _cmd_synthesize(args: argparse.Namespace) -> int:
     except (ValueError, ProjectError, SourceError) as exc:
         return _fail(str(exc), "", as_json=args.json)
     _say(f"{project.source}: {len(project.modules)} modules, {len(project.tests)} test files")
+    if args.fetch_only:
+        print(json.dumps({"project": project.source, "path": str(root)}) if args.json else root)
+        return kit.EXIT_OK
     report = _synthesize(project, args, paths)
     if report is None:
         return kit.EXIT_ERROR
