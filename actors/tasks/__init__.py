@@ -8,4 +8,5 @@
 - `report`, `harness/`: the grading harness's pytest plugin and the reader of its report
 - `hostrun`: running frozen tests with the host Python (trusted code only: authoring and CI)
 - `humaneval`, `decontaminate`, `cli`: the `trialog tasks` commands
+- `synth/`: bug-fix tasks synthesized from real projects (candidate bugs, instructions)
 """
