@@ -152,9 +152,12 @@ def _run_episodes(args: argparse.Namespace, bootstrap: str, run: str, folders: l
 
     kit.require_docker()
     paths = Paths.from_env()
-    published = publish_tasks(
+    publication = publish_tasks(
         folders, bootstrap, LocalObjectStore(paths.objects), str(sandbox_ref()), run=run
     )
+    if publication.rejected:
+        say(f"difficulty: {len(publication.rejected)} tasks rejected in review, not measured")
+    published, folders = publication.published, list(publication.folders)
     say(f"difficulty: run {run}, {len(published)} tasks x {args.samples} episodes with policy {args.policy}")
     rollout_args = list(args.rollout_arg)
     if args.rollout == "llm" and args.policy > 0:

@@ -62,7 +62,7 @@ class Reject:
     TOO_MANY = "too-many-fail"
     DUPLICATE = "same-failing-tests"
     UNSTABLE = "unstable-on-rerun"
-    INCOMPLETE = "run-incomplete"
+    INCOMPLETE = "timed-out-or-crashed"
     LEAK = "leak-or-invalid"
     INSTRUCTION = "instruction-leaks"
     CALLS_UNRUN = "calls-an-unusable-test"
@@ -188,6 +188,7 @@ class Synthesizer:
         self._seen_failures: set[frozenset[str]] = set()
         self._stop = threading.Event()
         self._usable: set[str] = set()
+        self._mutant_timeout_s = options.suite_timeout_s
 
     def run(self) -> SynthReport:
         started = self._started = time.monotonic()
@@ -196,6 +197,8 @@ class Synthesizer:
             runs = [suite.run(trace=index == 0) for index in range(self.options.baseline_runs)]
         baseline = judge_baseline(runs, frozen_ids(self.project))
         self._usable = set(baseline.usable)
+        # A mutant can loop forever (a dropped `i += 1`): its run is cut well before the sandbox's limit.
+        self._mutant_timeout_s = min(self.options.suite_timeout_s, max(30.0, 3 * baseline.durations_s + 10))
         report = self.report
         report.usable, report.flaky, report.unusable = len(baseline.usable), baseline.flaky, baseline.unusable
         report.tests_run += sum(len(run.results) for run in runs)
@@ -257,7 +260,7 @@ class Synthesizer:
         if not tests:
             return Reject.NOT_REACHED
         changed = {mutation.path: mutant.encode()}
-        first = suite.run(changed, tests)
+        first = suite.run(changed, tests, timeout_s=self._mutant_timeout_s)
         with self._lock:
             self.report.tests_run += len(first.results)
         if not first.complete:
@@ -272,7 +275,7 @@ class Synthesizer:
             if key in self._seen_failures:
                 return Reject.DUPLICATE
             self._seen_failures.add(key)
-        again = suite.run(changed, tests)
+        again = suite.run(changed, tests, timeout_s=self._mutant_timeout_s)
         with self._lock:
             self.report.tests_run += len(again.results)
         if not again.complete or again.failing(tests) != failing:

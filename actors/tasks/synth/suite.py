@@ -92,26 +92,28 @@ class SuiteSandbox:
         tests: Sequence[str] | None = None,
         *,
         trace: bool = False,
+        timeout_s: float | None = None,
     ) -> SuiteRun:
-        """Run `tests` (None: all) with `changed` files in place of the originals, then restore them."""
+        """Run `tests` (None: all) with `changed` files in place of the originals, then restore them.
+        Past `timeout_s` (default: the sandbox's) the run is killed and incomplete."""
         sandbox = self._require()
         changed = dict(changed or {})
         if changed:
             self.backend.write_files(sandbox, changed)
         try:
-            return self._run(sandbox, tests, trace)
+            return self._run(sandbox, tests, trace, timeout_s or self.timeout_s)
         finally:
             if changed:
                 self.backend.write_files(sandbox, {path: self.project.files[path] for path in changed})
 
-    def _run(self, sandbox: Sandbox, tests: Sequence[str] | None, trace: bool) -> SuiteRun:
+    def _run(self, sandbox: Sandbox, tests: Sequence[str] | None, trace: bool, timeout_s: float) -> SuiteRun:
         argv = ["python3", "-I", f"{self._inputs}/suite_runner.py", self._inputs, WORKSPACE]
         argv += ["--trace"] if trace else []
         stdin = None
         if tests is not None:  # node ids on stdin: a selection of thousands would not fit argv
             argv.append("--select-stdin")
             stdin = "\n".join(tests).encode()
-        limits = ExecLimits(timeout_s=self.timeout_s, output_bytes=64 * MIB)
+        limits = ExecLimits(timeout_s=timeout_s, output_bytes=64 * MIB)
         try:
             result = self.backend.exec(sandbox, argv, limits=limits, stdin=stdin)
         except SandboxError as exc:
