@@ -11,8 +11,9 @@
    still passes: that is how "the rest still pass" is known without rerunning the whole suite per mutant.
 3. Writing: the task folder (`writer.write_task`), its instruction from the failing tests only.
 
-Work is spread over `jobs` sandboxes (threads: the work is in the sandboxes). Decisions are pure given the
-runs' results; the order of kept tasks is the sample order, whatever the threads' timing.
+Work is spread over `jobs` sandboxes (threads: the work is in the sandboxes), in batches of BATCH mutants
+per sandbox command (pytest imported once, each run a fork). Deduplication and writing then go in sample
+order, so which of two mutants failing the same tests is kept does not depend on the threads' timing.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -32,13 +33,14 @@ from actors.tasks.synth import instruction as texts
 from actors.tasks.synth.hidden import needed_tests
 from actors.tasks.synth.mutate import Mutation, mutations, sample
 from actors.tasks.synth.project import Project
-from actors.tasks.synth.suite import SuiteRun, SuiteSandbox
+from actors.tasks.synth.suite import MutantJob, SuiteRun, SuiteSandbox
 from actors.tasks.synth.writer import Kept, LeakError, write_task
 from actors.tasks.testids import TestFileError, names_of_tests
 from sandbox_agent.backend import SandboxBackend
 from sandbox_agent.limits import SandboxSpec
 
 Progress = Callable[[str], None]
+Span = tuple[int, int, frozenset[int]]  # a function's body lines (first, last), the lines its code starts at
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,7 @@ class SynthReport:
     rejected: Counter[str] = field(default_factory=Counter)
     by_operator: Counter[str] = field(default_factory=Counter)
     tests_run: int = 0
+    beyond_max: int = 0  # candidates run past --max (the runs stop with a margin): not decided
     baseline_s: float = 0.0
     seconds: float = 0.0
 
@@ -96,6 +99,7 @@ class SynthReport:
             "rejected": dict(sorted(self.rejected.items())),
             "kept_by_operator": dict(sorted(self.by_operator.items())),
             "tests_run": self.tests_run,
+            "candidates_beyond_max": self.beyond_max,
             "baseline_s": round(self.baseline_s, 1),
             "seconds": round(self.seconds, 1),
             "seconds_per_kept_task": round(self.seconds / kept, 2) if kept else None,
@@ -138,10 +142,10 @@ def judge_baseline(runs: Sequence[SuiteRun], frozen: set[str]) -> Baseline:
     )
 
 
-def function_spans(source: str) -> list[tuple[int, int, frozenset[int]]]:
+def function_spans(source: str) -> list[Span]:
     """Each function's body lines (first, last) and the lines its code object may start at (the first
     decorator's, the def's), innermost last when nested."""
-    spans: list[tuple[int, int, frozenset[int]]] = []
+    spans: list[Span] = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno is not None:
             starts = {node.lineno, *(decorator.lineno for decorator in node.decorator_list)}
@@ -159,6 +163,37 @@ def reaching_tests(
     _, _, starts = max(inside, key=lambda span: span[0])  # the innermost function holding the mutant
     marks = {f"{mutation.path}:{line}" for line in starts}
     return [test for test in baseline.usable if baseline.calls.get(test, frozenset()) & marks]
+
+
+BATCH = 6  # mutants per sandbox command: pytest is imported once per batch, each run is a fork
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A mutant that failed 1 to K reaching tests, the same ones on a rerun: a task unless a mutant earlier
+    in the sample order failed the same set, or writing it finds a leak."""
+
+    mutation: Mutation
+    mutant: str
+    tests: tuple[str, ...]
+    failing: tuple[str, ...]
+    run: SuiteRun
+
+
+def judge_mutant(
+    mutation: Mutation, mutant: str, tests: Sequence[str], runs: Sequence[SuiteRun | None], max_failing: int
+) -> Candidate | str:
+    """What the runs of a mutant say (pure): a candidate, or why not."""
+    if not runs or runs[0] is None:
+        return Reject.INCOMPLETE
+    failing = runs[0].failing(tests)
+    if not failing:
+        return Reject.NO_FAILURE
+    if len(failing) > max_failing:
+        return Reject.TOO_MANY
+    if len(runs) < 2 or runs[1] is None or runs[1].failing(tests) != failing:
+        return Reject.UNSTABLE
+    return Candidate(mutation, mutant, tuple(tests), tuple(sorted(failing)), runs[0])
 
 
 def forbidden_snippets(mutation: Mutation, original: str, mutant: str) -> list[str]:
@@ -185,8 +220,9 @@ class Synthesizer:
         self._started = time.monotonic()
         self.report = SynthReport(project.source)
         self._lock = threading.Lock()
-        self._seen_failures: set[frozenset[str]] = set()
         self._stop = threading.Event()
+        self._ran = 0
+        self._candidate_sets: set[frozenset[str]] = set()
         self._usable: set[str] = set()
         self._mutant_timeout_s = options.suite_timeout_s
 
@@ -213,84 +249,104 @@ class Synthesizer:
         report.mutants_available = sum(len(found) for found in by_module.values())
         order = sample(by_module, self.options.max_mutants, self.options.seed)
         spans = {path: function_spans(self.project.files[path].decode()) for path in by_module}
-        jobs = max(1, self.options.jobs)
         queue = list(reversed(order))
-        decided: dict[int, Kept | str] = {}
+        found: dict[int, Candidate | str] = {}
 
         def work() -> None:
             with SuiteSandbox(self.backend, self.spec, self.project, self.options.suite_timeout_s) as suite:
                 while not self._stop.is_set():
                     with self._lock:
-                        if not queue:
-                            return
-                        index = len(order) - len(queue)
-                        mutation = queue.pop()
-                    outcome = self._try(suite, mutation, spans[mutation.path], baseline)
-                    with self._lock:
-                        decided[index] = outcome
-                        self._account(mutation, outcome)
+                        batch = [
+                            (len(order) - len(queue), queue.pop()) for _ in range(min(BATCH, len(queue)))
+                        ]
+                    if not batch:
+                        return
+                    for index, outcome in self._try_batch(suite, batch, spans, baseline):
+                        with self._lock:
+                            found[index] = outcome
+                            self._note(outcome)
 
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            for future in [pool.submit(work) for _ in range(jobs)]:
+        with ThreadPoolExecutor(max_workers=max(1, self.options.jobs)) as pool:
+            for future in [pool.submit(work) for _ in range(max(1, self.options.jobs))]:
                 future.result()
+        self._decide(found)
         report.seconds = time.monotonic() - started
         return report
 
-    def _account(self, mutation: Mutation, outcome: Kept | str) -> None:
-        report = self.report
-        report.tried += 1
-        if isinstance(outcome, str):
-            report.rejected[outcome] += 1
-        else:
-            report.by_operator[mutation.operator.value] += 1
-        if self.options.max_tasks is not None and len(report.kept) >= self.options.max_tasks:
+    def _note(self, outcome: Candidate | str) -> None:
+        """Count a mutant run; stop the runs once enough distinct candidates are in hand for --max (with a
+        margin for the ones writing may still reject)."""
+        self._ran += 1
+        if isinstance(outcome, Candidate):
+            self._candidate_sets.add(frozenset(outcome.failing))
+        wanted = self.options.max_tasks
+        if wanted is not None and len(self._candidate_sets) >= wanted + max(2, wanted // 10):
             self._stop.set()
-        if report.tried % 25 == 0:
+        if self._ran % 25 == 0:
             elapsed = time.monotonic() - self._started
             self.progress(
-                f"{self.project.source}: {report.tried} mutants tried, {len(report.kept)} kept "
-                f"({elapsed:.0f} s)"
+                f"{self.project.source}: {self._ran} mutants run, {len(self._candidate_sets)} distinct "
+                f"candidates ({elapsed:.0f} s)"
             )
 
-    def _try(self, suite: SuiteSandbox, mutation: Mutation, spans: Any, baseline: Baseline) -> Kept | str:
-        options = self.options
-        original = self.project.files[mutation.path].decode()
-        mutant = mutation.apply(original)
-        tests = reaching_tests(mutation, spans, baseline)
-        if not tests:
-            return Reject.NOT_REACHED
-        changed = {mutation.path: mutant.encode()}
-        first = suite.run(changed, tests, timeout_s=self._mutant_timeout_s)
-        with self._lock:
-            self.report.tests_run += len(first.results)
-        if not first.complete:
-            return Reject.INCOMPLETE
-        failing = first.failing(tests)
-        if not failing:
-            return Reject.NO_FAILURE
-        if len(failing) > options.max_failing:
-            return Reject.TOO_MANY
-        key = frozenset(failing)
-        with self._lock:
-            if key in self._seen_failures:
-                return Reject.DUPLICATE
-            self._seen_failures.add(key)
-        again = suite.run(changed, tests, timeout_s=self._mutant_timeout_s)
-        with self._lock:
-            self.report.tests_run += len(again.results)
-        if not again.complete or again.failing(tests) != failing:
-            return Reject.UNSTABLE
-        return self._keep(mutation, original, mutant, sorted(failing), tests, first)
+    def _decide(self, found: dict[int, Candidate | str]) -> None:
+        """In sample order (so the threads' timing changes nothing): deduplicate by failing-test set, write
+        the tasks, stop at --max."""
+        report, seen = self.report, set()
+        for index in sorted(found):
+            if self.options.max_tasks is not None and len(report.kept) >= self.options.max_tasks:
+                report.beyond_max = len(found) - report.tried
+                return
+            run = found[index]
+            report.tried += 1
+            outcome: Kept | str = run if isinstance(run, str) else Reject.DUPLICATE
+            if isinstance(run, Candidate) and frozenset(run.failing) not in seen:
+                seen.add(frozenset(run.failing))
+                outcome = self._keep(run)
+            if isinstance(outcome, str):
+                report.rejected[outcome] += 1
+            else:
+                report.by_operator[outcome.operator] += 1
 
-    def _keep(
+    def _try_batch(
         self,
-        mutation: Mutation,
-        original: str,
-        mutant: str,
-        failing: list[str],
-        tests: list[str],
-        run: SuiteRun,
-    ) -> Kept | str:
+        suite: SuiteSandbox,
+        batch: list[tuple[int, Mutation]],
+        spans: Mapping[str, Sequence[Span]],
+        baseline: Baseline,
+    ) -> Iterator[tuple[int, Candidate | str]]:
+        jobs: dict[str, tuple[int, Mutation, str, list[str]]] = {}
+        for index, mutation in batch:
+            tests = reaching_tests(mutation, spans[mutation.path], baseline)
+            if not tests:
+                yield index, Reject.NOT_REACHED
+                continue
+            mutant = mutation.apply(self.project.files[mutation.path].decode())
+            jobs[mutation.key] = (index, mutation, mutant, tests)
+        if not jobs:
+            return
+        timeout_s = self._mutant_timeout_s
+        answers = suite.run_batch(
+            [
+                MutantJob(key, mutation.path, mutant, tuple(tests), self.options.max_failing, timeout_s)
+                for key, (_, mutation, mutant, tests) in jobs.items()
+            ]
+        )
+        for key, (index, mutation, mutant, tests) in jobs.items():
+            runs = answers.get(key, ())
+            with self._lock:
+                self.report.tests_run += sum(len(run.results) for run in runs if run is not None)
+            yield index, judge_mutant(mutation, mutant, tests, runs, self.options.max_failing)
+
+    def _keep(self, candidate: Candidate) -> Kept | str:
+        mutation, mutant, failing, tests, run = (
+            candidate.mutation,
+            candidate.mutant,
+            list(candidate.failing),
+            list(candidate.tests),
+            candidate.run,
+        )
+        original = self.project.files[mutation.path].decode()
         rng = random.Random(f"{self.options.seed}:{mutation.key}")
         failing_files = {test.partition("::")[0] for test in failing}
         passing = [test for test in tests if test not in failing]
@@ -335,8 +391,7 @@ class Synthesizer:
         except (LeakError, ValueError) as exc:
             self.progress(f"rejected {mutation.key}: {exc}")
             return Reject.LEAK
-        with self._lock:
-            self.report.kept.append(folder.name)
+        self.report.kept.append(folder.name)
         return kept
 
     def _called_tests(self, test_ids: Sequence[str]) -> set[str]:

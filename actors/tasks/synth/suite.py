@@ -23,6 +23,7 @@ from sandbox_agent.paths import WORKSPACE
 
 RUNNER = Path(__file__).with_name("suite_runner.py")
 MARK = "TRIALOG-SUITE "
+JOB_MARK = "TRIALOG-SUITE-JOB "
 PASSED = "passed"
 TRIVIAL_BYTES = 64  # modules this small tell nothing of a fix: not looked for in the image
 
@@ -120,6 +121,34 @@ class SuiteSandbox:
             return SuiteRun({}, 0.0, False, log=str(exc))
         return parse_run(result.stdout, result.duration_s, result.stderr[-4000:])
 
+    def run_batch(self, jobs: Sequence[MutantJob]) -> dict[str, tuple[SuiteRun | None, ...]]:
+        """Each mutant's runs (`suite_runner --batch`): the first, and a rerun when the first failed 1 to
+        max_failing tests; a run that timed out is None. A mutant missing from the answer (the batch was
+        killed) has no runs."""
+        sandbox = self._require()
+        argv = ["python3", "-I", f"{self._inputs}/suite_runner.py", self._inputs, WORKSPACE, "--batch"]
+        payload = {"jobs": [job.as_dict() for job in jobs]}
+        limits = ExecLimits(timeout_s=sum(2 * job.timeout_s for job in jobs) + 30, output_bytes=64 * MIB)
+        try:
+            result = self.backend.exec(sandbox, argv, limits=limits, stdin=json.dumps(payload).encode())
+        except SandboxError:
+            return {}
+        answers: dict[str, tuple[SuiteRun | None, ...]] = {}
+        for line in result.stdout.splitlines():
+            at = line.find(JOB_MARK)
+            if at < 0:
+                continue
+            try:
+                answer = json.loads(line[at + len(JOB_MARK) :])
+            except ValueError:
+                continue
+            answers[str(answer["key"])] = tuple(
+                None if run is None else run_of(run, 0.0) for run in answer.get("runs", [])
+            )
+        if len(answers) < len(jobs):  # killed part-way: the workspace may still hold a mutant
+            self.backend.write_files(sandbox, {job.path: self.project.files[job.path] for job in jobs})
+        return answers
+
     def shadowed(self) -> dict[str, str]:
         """The project's top-level packages that the sandbox's Python imports from elsewhere than the
         workspace (the grader puts the workspace last on sys.path): a mutant there would never be tested."""
@@ -174,6 +203,35 @@ class SuiteSandbox:
         return self._sandbox
 
 
+@dataclass(frozen=True)
+class MutantJob:
+    key: str
+    path: str
+    source: str
+    tests: tuple[str, ...]
+    max_failing: int
+    timeout_s: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "path": self.path,
+            "source": self.source,
+            "tests": list(self.tests),
+            "max_failing": self.max_failing,
+            "timeout_s": self.timeout_s,
+        }
+
+
+def run_of(document: Mapping[str, Any], duration_s: float, log: str = "") -> SuiteRun:
+    results = {
+        test: TestResult(str(entry.get("outcome", "")), str(entry.get("error", "")))
+        for test, entry in document.get("tests", {}).items()
+    }
+    calls = {test: frozenset(found) for test, found in document.get("calls", {}).items()}
+    return SuiteRun(results, float(document.get("duration_s", duration_s)), True, calls, log)
+
+
 def parse_run(stdout: str, duration_s: float, log: str = "") -> SuiteRun:
     for line in reversed(stdout.splitlines()):
         at = line.find(MARK)
@@ -183,10 +241,5 @@ def parse_run(stdout: str, duration_s: float, log: str = "") -> SuiteRun:
             document: dict[str, Any] = json.loads(line[at + len(MARK) :])
         except ValueError:
             continue
-        results = {
-            test: TestResult(str(entry.get("outcome", "")), str(entry.get("error", "")))
-            for test, entry in document.get("tests", {}).items()
-        }
-        calls = {test: frozenset(found) for test, found in document.get("calls", {}).items()}
-        return SuiteRun(results, float(document.get("duration_s", duration_s)), True, calls, log)
+        return run_of(document, duration_s, log)
     return SuiteRun({}, duration_s, False, log=log or stdout[-4000:])

@@ -1,5 +1,5 @@
 """Runs a project's tests inside a synthesis sandbox:
-`python3 -I suite_runner.py SUITE WORKSPACE [--trace] [--select-stdin]`.
+`python3 -I suite_runner.py SUITE WORKSPACE [--trace] [--select-stdin | --batch]`.
 
 Standard library and pytest only (it runs on the sandbox image's Python). It runs the tests the way the
 grading harness will (`actors/tasks/harness/trialog_launch.py`): the flattened test files under SUITE, the
@@ -13,12 +13,16 @@ call events only, so much cheaper than line tracing) as (file, first line) of ea
 tells the host which tests can reach a mutated function.
 
 The results go to stdout after pytest returns, as one line: `TRIALOG-SUITE <json>` (per test: outcome and
-the failure's text). Nothing here is a defence: synthesis runs the project's own trusted code and our
-mutations of it, never a policy's.
+the failure's text). With `--batch`, stdin holds mutants (`{"jobs": [{key, path, source, tests,
+max_failing, timeout_s}]}`): each is written in place, run in a forked child (pytest imported once, which
+is most of a small run's cost), rerun when it failed 1 to max_failing tests, and put back; one line
+`TRIALOG-SUITE-JOB <json>` per mutant. Nothing here is a defence: synthesis runs the project's own
+trusted code and our mutations of it, never a policy's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -27,6 +31,7 @@ import time
 from typing import Any
 
 MARK = "TRIALOG-SUITE "
+JOB_MARK = "TRIALOG-SUITE-JOB "
 ERROR_CHARS = 4000  # of each failure's text: enough for the assertion and the end of the traceback
 
 
@@ -38,29 +43,110 @@ def main(argv: list[str]) -> int:
     out = os.fdopen(os.dup(1), "w")  # the tests may print or close stdout; our line goes to a copy
     os.environ.pop("PYTEST_ADDOPTS", None)
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-    import pytest
-
+    os.chdir(workspace)  # as the harness does: relative paths in the tests resolve in the workspace
+    if "--batch" in argv[2:]:
+        for job in json.loads(sys.stdin.read())["jobs"]:
+            out.write("\n" + JOB_MARK + json.dumps(run_job(suite, workspace, job)) + "\n")
+            out.flush()
+        return 0
     if "--select-stdin" in argv[2:]:
         targets = [os.path.join(suite, line.strip()) for line in sys.stdin if line.strip()]
     else:
         targets = [os.path.join(suite, "tests")]
+    out.write("\n" + MARK + json.dumps(run_pytest(suite, workspace, targets, trace)) + "\n")
+    out.flush()
+    return 0
+
+
+def run_pytest(suite: str, workspace: str, targets: list[str], trace: bool) -> dict[str, Any]:
+    import pytest
+
     recorder = Recorder(suite, workspace, trace)
-    os.chdir(workspace)  # as the harness does: relative paths in the tests resolve in the workspace
     started = time.monotonic()
     args = [
         "-q", "-p", "no:cacheprovider", "--noconftest", "--continue-on-collection-errors",
         "--rootdir", suite, "-c", os.path.join(suite, "pytest.ini"), "--confcutdir", suite, *targets,
     ]  # fmt: skip
     code = pytest.main(args, plugins=[recorder])
-    document = {
+    return {
         "exit": int(code),
         "duration_s": round(time.monotonic() - started, 3),
         "tests": recorder.tests,
         "calls": {test: sorted(calls) for test, calls in recorder.calls.items()},
     }
-    out.write("\n" + MARK + json.dumps(document) + "\n")
-    out.flush()
-    return 0
+
+
+def run_job(suite: str, workspace: str, job: dict[str, Any]) -> dict[str, Any]:
+    """One mutant: its file written over the original, the tests run (again, when the first run fails
+    between 1 and max_failing of them: the rerun the host needs), the original put back. pytest is
+    imported once by this process; each run is a fork, so the workspace's modules are imported afresh."""
+    import pytest  # noqa: F401  (imported here, before the forks, which then share it)
+
+    path = os.path.join(workspace, job["path"])
+    with open(path, "rb") as original_file:
+        original = original_file.read()
+    targets = [os.path.join(suite, test) for test in job["tests"]]
+    runs: list[dict[str, Any] | None] = []
+    try:
+        with open(path, "w") as mutant:
+            mutant.write(job["source"])
+        first = forked(lambda: run_pytest(suite, workspace, targets, False), job["timeout_s"])
+        runs.append(first)
+        if first is not None:
+            failing = [t for t in job["tests"] if first["tests"].get(t, {}).get("outcome") != "passed"]
+            if 1 <= len(failing) <= job["max_failing"]:
+                runs.append(forked(lambda: run_pytest(suite, workspace, targets, False), job["timeout_s"]))
+    finally:
+        with open(path, "wb") as restored:
+            restored.write(original)
+    return {"key": job["key"], "runs": runs}
+
+
+def forked(work: Any, timeout_s: float) -> dict[str, Any] | None:
+    """`work()` in a child process of its own group, its result back through a pipe; None when it did not
+    finish in `timeout_s` (the group is killed) or crashed."""
+    import select
+    import signal
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.close(read)
+        os.setpgid(0, 0)
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, 1)  # pytest's own output is not wanted: the result goes through the pipe
+        os.dup2(null, 2)
+        try:
+            data = json.dumps(work()).encode()
+            with os.fdopen(write, "wb") as pipe:
+                pipe.write(data)
+        finally:
+            os._exit(0)
+    os.close(write)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    finished = False
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not select.select([read], [], [], remaining)[0]:
+            break
+        chunk = os.read(read, 1 << 16)
+        if not chunk:
+            finished = True
+            break
+        chunks.append(chunk)
+    os.close(read)
+    if not finished:
+        with contextlib.suppress(OSError):
+            os.killpg(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    if not finished or not chunks:
+        return None
+    try:
+        document: dict[str, Any] = json.loads(b"".join(chunks))
+    except ValueError:
+        return None
+    return document
 
 
 class Recorder:
