@@ -71,6 +71,11 @@ def register(subparsers: kit.Subparsers) -> None:
         "--tasks", type=Path, nargs="+", action="extend", required=True, metavar="DIR",
         help="task folders or folders of them",
     )  # fmt: skip
+    start.add_argument(
+        "--eval", type=kit.existing_dir, action="append", default=[], metavar="DIR",
+        help="an evaluation task set: the run refuses to start if --tasks overlap it (same id or version, "
+        "or shared long n-grams as `trialog tasks decontaminate` finds) (repeatable)",
+    )  # fmt: skip
     start.add_argument("--policy", choices=POLICIES, required=True, help="the rollout workers' policy plugin")
     start.add_argument(
         "--run", type=kit.run_id, help="the run's id, its topic prefix (default: a new `run-<hex>`)"
@@ -185,6 +190,38 @@ def read_status(bootstrap: str, run: str) -> RunStatus:
         ) from None
 
 
+def refuse_overlap(train_folders: list[Path], eval_roots: list[Path]) -> None:
+    """StackError when the training tasks overlap the evaluation sets: a shared id, a shared version (the
+    same folder under two names), or a decontamination match. Checked before any service is touched."""
+    from actors.tasks.decontaminate import decontaminate
+    from actors.tasks.spec import TaskError, load_task, survey_tasks
+
+    try:
+        train = [load_task(folder) for folder in train_folders]
+    except TaskError as exc:
+        raise StackError(str(exc), "fix the task folders given to --tasks") from None
+    evals = survey_tasks(eval_roots)
+    if evals.problems:
+        raise StackError(str(evals.problems[0]), "fix the task folders given to --eval")
+    by_id = {task.id: task for task in evals.tasks}
+    by_version = {task.version: task for task in evals.tasks}
+    overlaps = [
+        f"{task.id} (the eval set has {'this id' if task.id in by_id else by_version[task.version].id})"
+        for task in train
+        if task.id in by_id or task.version in by_version
+    ]
+    report = decontaminate(train, list(evals.tasks))
+    overlaps += [
+        f"{flagged.task} (shares text with {flagged.matches[0].eval_task})" for flagged in report.flagged
+    ]
+    if overlaps:
+        shown = ", ".join(sorted(set(overlaps))[:10])
+        raise StackError(
+            f"{len(set(overlaps))} training tasks overlap the evaluation set: {shown}",
+            "drop them from --tasks (trialog tasks decontaminate --train ... --eval ... lists them all)",
+        )
+
+
 def _cmd_run_start(args: argparse.Namespace) -> int:
     from actors.scheduler.worker import SchedulerSettings
     from actors.tasks.publish import publish_tasks
@@ -203,6 +240,8 @@ def _cmd_run_start(args: argparse.Namespace) -> int:
         folders = [folder for root in args.tasks for folder in find_tasks(root)]
     except TaskError as exc:
         raise StackError(str(exc), "fix the task folders given to --tasks") from None
+    if args.eval:
+        refuse_overlap(folders, args.eval)
     bootstrap = kit.require_kafka(kit.bootstrap_of(args))
     engine = None
     if args.spawn or args.validate or not args.no_guard:

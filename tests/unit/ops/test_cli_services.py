@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -254,3 +255,18 @@ def test_a_sandbox_or_verifier_worker_without_docker_exits_at_once(
     assert took - startup < FAIL_FAST_S, f"{took:.1f} s ({startup:.1f} s to start the CLI)"
     assert "Traceback" not in done.stderr and "no Docker engine answers" in done.stderr
     assert "trialog up" in done.stderr
+
+
+def test_a_run_whose_training_tasks_overlap_its_evaluation_set_refuses_to_start(
+    bare_env: dict[str, str], tmp_path: Path
+) -> None:
+    renamed = tmp_path / "eval" / "copy-of-add"
+    shutil.copytree(REPO_ROOT / "examples" / "tasks" / "easy-fix-add", renamed)
+    toml = renamed / "task.toml"
+    toml.write_text(toml.read_text().replace('id = "easy-fix-add"', 'id = "copy-of-add"'))
+    closed = f"127.0.0.1:{free_port()}"  # refused before Kafka is asked anything
+    argv = ["run", "start", "--tasks", "examples/tasks", "--episodes", "2", "--policy", "scripted"]
+    done, _ = _trialog([*argv, "--eval", str(tmp_path / "eval"), "--bootstrap", closed], bare_env)
+    assert done.returncode == 2, done.stderr
+    assert "overlap the evaluation set" in done.stderr and "easy-fix-add" in done.stderr
+    assert "Kafka" not in done.stderr
