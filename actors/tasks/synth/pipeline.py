@@ -243,12 +243,16 @@ class Synthesizer:
             f"{self.project.source}: {len(baseline.usable)} usable tests, {len(baseline.flaky)} flaky, "
             f"{baseline.unusable} unusable ({report.baseline_s:.0f} s for {len(runs)} baseline runs)"
         )
-        by_module = {
-            path: mutations(self.project.files[path].decode(), path) for path in self.project.modules
-        }
+        by_module: dict[str, list[Mutation]] = {}
+        spans: dict[str, list[Span]] = {}
+        for path in self.project.modules:
+            try:
+                source = self.project.files[path].decode()
+                by_module[path], spans[path] = mutations(source, path), function_spans(source)
+            except (UnicodeDecodeError, ValueError, SyntaxError) as exc:  # not this Python's: not mutated
+                self.progress(f"{self.project.source}: {path} skipped ({exc})")
         report.mutants_available = sum(len(found) for found in by_module.values())
         order = sample(by_module, self.options.max_mutants, self.options.seed)
-        spans = {path: function_spans(self.project.files[path].decode()) for path in by_module}
         queue = list(reversed(order))
         found: dict[int, Candidate | str] = {}
 

@@ -15,7 +15,7 @@ folders in the name.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from actors.tasks.testids import is_test_file
@@ -27,7 +27,7 @@ SKIPPED_DIRS = frozenset(
 SKIPPED_SUFFIXES = (".pyc", ".pyo", ".orig", ".rej", ".bak", ".swp", "~", ".so", ".pyd")
 # Folders whose Python is not the library: never mutated (their tests are still tests).
 NOT_LIBRARY = frozenset(
-    {"docs", "doc", "examples", "example", "benchmarks", "bench", "tools", "scripts", "bin"}
+    {"docs", "doc", "examples", "example", "benchmarks", "benchmark", "bench", "tools", "scripts", "bin"}
 )
 NOT_LIBRARY_FILES = frozenset({"setup.py", "conftest.py", "noxfile.py", "fabfile.py", "tasks.py"})
 MAX_FILE_BYTES = 2 * 1024 * 1024
@@ -44,6 +44,7 @@ class Project:
     files: dict[str, bytes]  # the tree the agent gets, by posix path relative to its root
     modules: tuple[str, ...]  # library modules synthesis may mutate, sorted
     tests: dict[str, str]  # test file path in `files` -> its flat name in the hidden tests/
+    support: dict[str, str] = field(default_factory=dict)  # helper modules beside the tests -> flat name
 
     @property
     def source(self) -> str:
@@ -92,7 +93,27 @@ def load_project(root: Path, name: str, version: str) -> Project:
     test_paths = sorted(path for path in files if is_test_file(PurePosixPath(path).name))
     if not test_paths:
         raise ProjectError(f"{root}: no test files (test_*.py or *_test.py); does this sdist ship its tests?")
-    return Project(name, version, files, modules, flat_names(test_paths))
+    tests = flat_names(test_paths)
+    return Project(name, version, files, modules, tests, support_modules(files, tests))
+
+
+def support_modules(files: dict[str, bytes], tests: dict[str, str]) -> dict[str, str]:
+    """Helper modules in the test files' folders (`from common import assert_equal`), which the flat
+    hidden tests import as siblings: each under its own name, unless that name is already taken. Never
+    conftest.py (the grader runs without conftests) nor `__init__.py` (it would make the hidden folder a
+    package, and change how the tests are imported)."""
+    folders = {str(PurePosixPath(path).parent) for path in tests}
+    taken = set(tests.values())
+    support: dict[str, str] = {}
+    for path in sorted(files):
+        pure = PurePosixPath(path)
+        if str(pure.parent) not in folders or pure.suffix != ".py" or path in tests:
+            continue
+        if pure.name in ("conftest.py", "__init__.py") or pure.name in taken:
+            continue
+        support[path] = pure.name
+        taken.add(pure.name)
+    return support
 
 
 def _lift_src(files: dict[str, bytes]) -> dict[str, bytes]:

@@ -70,7 +70,8 @@ class SuiteSandbox:
         self._sandbox = self.backend.create(self.spec)
         try:
             self.backend.write_files(self._sandbox, self.project.files)
-            inputs = {f"tests/{flat}": self.project.files[path] for path, flat in self.project.tests.items()}
+            flat_files = {**self.project.tests, **self.project.support}
+            inputs = {f"tests/{flat}": self.project.files[path] for path, flat in flat_files.items()}
             inputs["pytest.ini"] = b"[pytest]\n"
             inputs["suite_runner.py"] = RUNNER.read_bytes()
             self._inputs = self.backend.write_inputs(self._sandbox, inputs)

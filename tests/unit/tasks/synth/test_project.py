@@ -59,3 +59,16 @@ def test_a_project_without_tests_or_code_is_refused_with_the_reason(tmp_path: Pa
         load_project(write(tmp_path / "a", {"lib/core.py": ""}), "a", "1")
     with pytest.raises(ProjectError, match="no library modules"):
         load_project(write(tmp_path / "b", {"tests/test_x.py": ""}), "b", "1")
+
+
+def test_helper_modules_beside_the_tests_go_with_the_hidden_tests(tmp_path: Path) -> None:
+    root = write(
+        tmp_path,
+        {
+            "lib/core.py": "", "test/common.py": "", "test/test_core.py": "", "test/conftest.py": "",
+            "test/__init__.py": "", "benchmark/benchmark.py": "",
+        },
+    )  # fmt: skip
+    project = load_project(root, "lib", "1")
+    assert project.support == {"test/common.py": "common.py"}  # never conftest.py or __init__.py
+    assert project.modules == ("lib/core.py",)
