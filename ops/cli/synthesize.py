@@ -32,6 +32,7 @@ def add_synthesize(commands: kit.Subparsers) -> None:
         examples=(
             "trialog tasks synthesize --project toolz==1.2.0 --out /tmp/synth --max 50",
             "trialog tasks synthesize --project toolz==1.2.0 --fetch-only",
+            "trialog tasks synthesize --project funcy==2.1 --test-deps whatever==0.7 --out /tmp/synth",
             "trialog tasks synthesize --repo ./mylib --name mylib --version 0.1 --out /tmp/synth --jobs 2",
             "trialog tasks synthesize --project boltons==26.2.0 --out /tmp/s --eval /tmp/humaneval --json",
         ),
@@ -65,6 +66,15 @@ def add_synthesize(commands: kit.Subparsers) -> None:
         help="an evaluation task set the synthesized tasks must not overlap (repeatable)",
     )  # fmt: skip
     command.add_argument("--image", help="the sandbox image (default: the stack's sandbox image)")
+    command.add_argument(
+        "--test-deps", action="append", default=[], metavar="REQ",
+        help="a package the project's tests need (NAME==VERSION; its wheels and theirs come from PyPI at "
+        "set-up into an image layer built on the sandbox image, which the tasks then name) (repeatable)",
+    )  # fmt: skip
+    command.add_argument(
+        "--wheel", type=kit.existing_file, action="append", default=[], metavar="FILE",
+        help="a local wheel for that layer, beside --test-deps (repeatable)",
+    )  # fmt: skip
     kit.add_json(command, "print one JSON document: the yield report")
 
 
@@ -120,6 +130,18 @@ def _synthesize(project: Any, args: argparse.Namespace, paths: Any) -> dict[str,
     from sandbox_agent.limits import MIB, Quotas, SandboxSpec
 
     image = args.image or default_image()
+    layer = None
+    if args.test_deps or args.wheel:
+        from ops.stack import docker_engine
+        from ops.synth_image import download_wheels, ensure_layer
+
+        wheels = [*download_wheels(args.test_deps, paths), *args.wheel]
+        client = docker_engine.require(paths).client()
+        try:
+            layer = image = ensure_layer(client, wheels)
+        finally:
+            client.close()
+        _say(f"image layer {layer}: {len(wheels)} wheels for the tests ({', '.join(w.name for w in wheels)})")
     quotas = Quotas(
         memory_bytes=1024 * MIB, cpus=1.0, pids=256, workspace_bytes=256 * MIB, tmp_bytes=256 * MIB
     )

@@ -211,3 +211,45 @@ def test_a_real_sdist_gives_tasks(backend: DockerBackend, tmp_path: Path) -> Non
     for task_name in report.kept:
         task = load_task(tmp_path / "tasks" / task_name)
         assert task.spec.meta.source == f"synthesized:{name}=={version}"
+
+
+def wheel(folder: Path, name: str, version: str, module: str) -> Path:
+    """A pure-Python wheel made here (a wheel is a zip of importable files and its metadata)."""
+    import zipfile
+
+    path = folder / f"{name}-{version}-py3-none-any.whl"
+    info = f"{name}-{version}.dist-info"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr(f"{name}.py", module)
+        archive.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        archive.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        archive.writestr(f"{info}/RECORD", "")
+    return path
+
+
+def test_tests_needing_a_package_the_image_lacks_run_on_a_layer_built_from_its_wheel(
+    backend: DockerBackend, docker_client: docker.DockerClient, tmp_path: Path
+) -> None:
+    from ops.synth_image import ensure_layer, layer_ref
+
+    root = write_project(tmp_path / "minicalc")
+    (root / "tests" / "test_with_dep.py").write_text(
+        "import helperdep\nfrom minicalc.core import add\n\n\ndef test_add_with_dep():\n"
+        "    assert add(helperdep.TWO, 3) == 5\n"
+    )
+    project = load_project(root, "minicalc", "0.1")
+    with SuiteSandbox(backend, SPEC, project, 120) as suite:
+        plain = suite.run()
+    assert plain.results["tests/test_with_dep.py"].outcome == "collection-error"  # no helperdep here
+
+    dep = wheel(tmp_path, "helperdep", "1.0", "TWO = 2\n")
+    image = ensure_layer(docker_client, [dep])
+    assert image == str(layer_ref([dep])) and ensure_layer(docker_client, [dep]) == image  # built once
+    layered = SandboxSpec(image, SPEC.quotas)
+    with SuiteSandbox(backend, layered, project, 120) as suite:
+        assert suite.run().results["tests/test_with_dep.py::test_add_with_dep"].passed
+        assert suite.shadowed() == {}
+    options = SynthOptions(seed=3, jobs=1, max_tasks=1, baseline_runs=2, pass_to_pass=2)
+    report = Synthesizer(project, backend, layered, tmp_path / "tasks", options, image=image).run()
+    task = load_task(tmp_path / "tasks" / report.kept[0])
+    assert task.spec.image == image  # graded on the layer: the hidden tests may import helperdep
