@@ -15,6 +15,7 @@ folders in the name.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -94,22 +95,26 @@ def load_project(root: Path, name: str, version: str) -> Project:
     if not test_paths:
         raise ProjectError(f"{root}: no test files (test_*.py or *_test.py); does this sdist ship its tests?")
     tests = flat_names(test_paths)
-    return Project(name, version, files, modules, tests, support_modules(files, tests))
+    return Project(name, version, files, modules, tests, support_modules(files, tests, modules))
 
 
-def support_modules(files: dict[str, bytes], tests: dict[str, str]) -> dict[str, str]:
+def support_modules(files: dict[str, bytes], tests: dict[str, str], modules: Sequence[str]) -> dict[str, str]:
     """Helper modules in the test files' folders (`from common import assert_equal`), which the flat
     hidden tests import as siblings: each under its own name, unless that name is already taken. Never
-    conftest.py (the grader runs without conftests) nor `__init__.py` (it would make the hidden folder a
-    package, and change how the tests are imported)."""
+    conftest.py (the grader runs without conftests), `__init__.py` (it would make the hidden folder a
+    package, and change how the tests are imported), setup.py and the like, nor a library module (six's
+    tests sit beside six.py: a hidden copy of the original would shadow the agent's, and grade it)."""
     folders = {str(PurePosixPath(path).parent) for path in tests}
     taken = set(tests.values())
+    library = set(modules)
     support: dict[str, str] = {}
     for path in sorted(files):
         pure = PurePosixPath(path)
         if str(pure.parent) not in folders or pure.suffix != ".py" or path in tests:
             continue
-        if pure.name in ("conftest.py", "__init__.py") or pure.name in taken:
+        if pure.name in ("conftest.py", "__init__.py") or pure.name in taken or path in library:
+            continue
+        if pure.name in NOT_LIBRARY_FILES:
             continue
         support[path] = pure.name
         taken.add(pure.name)

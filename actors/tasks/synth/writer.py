@@ -91,6 +91,11 @@ def write_task(project: Project, kept: Kept, out: Path, *, image: str | None = N
     )
     (staging / TASK_FILE).write_text(spec_to_toml(spec))
     problems = find_leaks(staging, {kept.path: project.files[kept.path]})
+    shadowing = sorted(
+        flat for flat in hidden_tests(project, []) if PurePosixPath(flat).stem in project.top_level
+    )
+    if shadowing:  # the grader would import these, not the agent's package
+        problems.append(f"hidden tests would shadow the project's own modules: {shadowing}")
     task = load_task(staging)  # every static check of the format: the patch applies, the tests parse
     missing = {test.partition("[")[0] for test in [*kept.fail_to_pass, *kept.pass_to_pass]} - set(
         task.test_ids

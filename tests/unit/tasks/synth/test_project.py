@@ -72,3 +72,13 @@ def test_helper_modules_beside_the_tests_go_with_the_hidden_tests(tmp_path: Path
     project = load_project(root, "lib", "1")
     assert project.support == {"test/common.py": "common.py"}  # never conftest.py or __init__.py
     assert project.modules == ("lib/core.py",)
+
+
+def test_a_library_module_beside_the_tests_is_never_a_hidden_helper(tmp_path: Path) -> None:
+    # six's layout: its tests sit beside six.py; a hidden copy of the original would be graded instead.
+    root = write(
+        tmp_path, {"six.py": "X = 1\n", "test_six.py": "import six\n", "setup.py": "", "helper.py": ""}
+    )
+    project = load_project(root, "six", "1")
+    assert project.modules == ("helper.py", "six.py")
+    assert project.support == {}
