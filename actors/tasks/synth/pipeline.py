@@ -1,8 +1,9 @@
 """Synthesis of one project: baseline runs, mutants tried one at a time, kept ones written as tasks.
 
 1. Baseline. The suite runs `baseline_runs` times in a sandbox (the first run traced: which workspace
-   functions each test calls). Usable tests passed every time and are frozen ids the grader sees; the
-   ones that passed only sometimes are listed as flaky and never used.
+   functions each test calls), and each test file is graded once by the real grader (`parity`). Usable
+   tests passed every time, under the grader too, and are frozen ids it sees; the ones that passed only
+   sometimes are listed as flaky and never used.
 2. Mutants, in `mutate.sample` order (spread over modules and operators). For each: the tests that can
    reach it (those that called the function it is in; every usable test for a mutant at module or class
    level, which runs at import), run with the mutant in place. Kept when 1 to `max_failing` of them fail,
@@ -23,7 +24,7 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -32,6 +33,7 @@ from typing import Any
 from actors.tasks.synth import instruction as texts
 from actors.tasks.synth.hidden import needed_tests
 from actors.tasks.synth.mutate import Mutation, mutations, sample
+from actors.tasks.synth.parity import grader_parity
 from actors.tasks.synth.project import Project
 from actors.tasks.synth.suite import MutantJob, SuiteRun, SuiteSandbox
 from actors.tasks.synth.writer import Kept, LeakError, write_task
@@ -83,6 +85,7 @@ class SynthReport:
     by_operator: Counter[str] = field(default_factory=Counter)
     tests_run: int = 0
     beyond_max: int = 0  # candidates run past --max (the runs stop with a margin): not decided
+    refused_by_grader: int = 0  # test files whose unchanged run the grader saw as tampering
     baseline_s: float = 0.0
     seconds: float = 0.0
 
@@ -93,6 +96,7 @@ class SynthReport:
             "usable_tests": self.usable,
             "flaky_tests": list(self.flaky),
             "unusable_tests": self.unusable,
+            "test_files_refused_by_grader": self.refused_by_grader,
             "mutants_available": self.mutants_available,
             "mutants_tried": self.tried,
             "kept": kept,
@@ -127,15 +131,20 @@ def frozen_ids(project: Project) -> set[str]:
     return ids
 
 
-def judge_baseline(runs: Sequence[SuiteRun], frozen: set[str]) -> Baseline:
-    """Usable: passed in every run and a frozen id (its base, for a parametrized instance)."""
+def judge_baseline(
+    runs: Sequence[SuiteRun], frozen: set[str], graded: Collection[str] | None = None
+) -> Baseline:
+    """Usable: passed in every run, a frozen id (its base, for a parametrized instance) and, when `graded`
+    is given, passed under the real grader too (`parity.grader_parity`)."""
     if not runs or not all(run.complete for run in runs):
         logs = "; ".join(run.log[-300:] for run in runs if not run.complete)
         raise RuntimeError(f"the project's suite did not complete in the sandbox: {logs}")
     seen = set().union(*(run.results for run in runs))
     always = set.intersection(*(run.passing() for run in runs))
     sometimes = set().union(*(run.passing() for run in runs)) - always
-    usable = sorted(test for test in always if test.partition("[")[0] in frozen)
+    usable = sorted(
+        test for test in always if test.partition("[")[0] in frozen and (graded is None or test in graded)
+    )
     calls = {test: runs[0].calls.get(test, frozenset()) for test in usable}
     return Baseline(
         tuple(usable), tuple(sorted(sometimes)), len(seen) - len(usable), calls, runs[0].duration_s
@@ -231,7 +240,16 @@ class Synthesizer:
         self.out.mkdir(parents=True, exist_ok=True)
         with SuiteSandbox(self.backend, self.spec, self.project, self.options.suite_timeout_s) as suite:
             runs = [suite.run(trace=index == 0) for index in range(self.options.baseline_runs)]
-        baseline = judge_baseline(runs, frozen_ids(self.project))
+        parity = grader_parity(
+            self.project,
+            self.backend,
+            self.spec,
+            timeout_s=self.options.task_timeout_s,
+            jobs=self.options.jobs,
+            progress=self.progress,
+        )
+        baseline = judge_baseline(runs, frozen_ids(self.project), parity.accepted)
+        self.report.refused_by_grader = len(parity.refused_files)
         self._usable = set(baseline.usable)
         # A mutant can loop forever (a dropped `i += 1`): its run is cut well before the sandbox's limit.
         self._mutant_timeout_s = min(self.options.suite_timeout_s, max(30.0, 3 * baseline.durations_s + 10))
@@ -243,6 +261,10 @@ class Synthesizer:
             f"{self.project.source}: {len(baseline.usable)} usable tests, {len(baseline.flaky)} flaky, "
             f"{baseline.unusable} unusable ({report.baseline_s:.0f} s for {len(runs)} baseline runs)"
         )
+        if not baseline.usable:
+            self.progress(f"{self.project.source}: no usable test, so no mutant can be judged: nothing to do")
+            report.seconds = time.monotonic() - started
+            return report
         by_module: dict[str, list[Mutation]] = {}
         spans: dict[str, list[Span]] = {}
         for path in self.project.modules:

@@ -41,6 +41,8 @@ def test_usable_tests_passed_every_run_and_are_frozen_ids() -> None:
     assert baseline.usable == ("tests/test_a.py::test_x",)
     assert baseline.flaky == ("tests/test_a.py::test_y",)
     assert baseline.unusable == 2
+    graded = judge_baseline([first, first], frozen, graded={"tests/test_a.py::test_y"})
+    assert graded.usable == ("tests/test_a.py::test_y",)  # test_x: the grader did not pass it
     with pytest.raises(RuntimeError, match="did not complete"):
         judge_baseline([first, SuiteRun({}, 0.0, False, log="killed")], frozen)
 
