@@ -365,26 +365,21 @@ class Synthesizer:
             yield index, judge_mutant(mutation, mutant, tests, runs, self.options.max_failing)
 
     def _keep(self, candidate: Candidate) -> Kept | str:
-        mutation, mutant, failing, tests, run = (
-            candidate.mutation,
-            candidate.mutant,
-            list(candidate.failing),
-            list(candidate.tests),
-            candidate.run,
-        )
+        mutation, mutant, run = candidate.mutation, candidate.mutant, candidate.run
+        failing = list(candidate.failing)
         original = self.project.files[mutation.path].decode()
         rng = random.Random(f"{self.options.seed}:{mutation.key}")
         failing_files = {test.partition("::")[0] for test in failing}
-        passing = [test for test in tests if test not in failing]
+        # Passing with the mutant: the reaching tests that did not fail, and every usable test that never
+        # reached it (it ran unchanged code). Tests of the failing tests' files first, then the others.
+        passing = sorted(set(self._usable) - set(failing))
         near = [test for test in passing if test.partition("::")[0] in failing_files]
         far = [test for test in passing if test.partition("::")[0] not in failing_files]
         rng.shuffle(near)
         rng.shuffle(far)
         pass_to_pass = sorted((near + far)[: self.options.pass_to_pass])
         called = self._called_tests([*failing, *pass_to_pass])
-        # A called test that did not reach the mutant runs unchanged code: it passes as at baseline.
-        unreached = self._usable - set(tests)
-        if not called <= set(passing) | set(failing) | unreached:
+        if not called <= set(passing) | set(failing):  # a kept test calls one that is not usable
             return Reject.CALLS_UNRUN
         pass_to_pass = sorted(set(pass_to_pass) | (called - set(failing)))
         forbidden = forbidden_snippets(mutation, original, mutant)

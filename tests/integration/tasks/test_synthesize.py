@@ -189,7 +189,10 @@ def test_a_small_project_gives_valid_tasks_that_leak_nothing(backend: DockerBack
     task = load_task(out / report.kept[0])
     given = verify(task, task.repo_dir, backend, SPEC)
     solved = verify(task, task.copy_repo(tmp_path / "solved", solved=True), backend, SPEC)
-    assert given.grade.verdict.value == "fail" and solved.grade.verdict.value == "pass"
+    kept = task.spec.meta.synthesis
+    assert kept is not None and kept.pass_to_pass  # passing tests sampled from every usable one
+    assert set(given.grade.failed_tests) == set(kept.fail_to_pass)  # exactly those fail; the others pass
+    assert solved.grade.verdict.value == "pass"
 
     # The leak check fails a task with the original planted as a backup.
     planted = tmp_path / "planted"
