@@ -20,10 +20,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import docker
-from docker.errors import BuildError, ImageNotFound
+from docker.errors import ImageNotFound
 
 from ops.paths import Paths
-from ops.stack.images import ImageRef, sandbox_ref
+from ops.stack.images import ImageRef, build_from, sandbox_ref
 from streams.errors import StackError
 
 SITE = "/usr/local/lib/python3.11/dist-packages"
@@ -90,19 +90,7 @@ def ensure_layer(client: docker.DockerClient, wheels: Sequence[Path], base: Imag
             shutil.copy2(wheel, folder / "wheels" / wheel.name)
         (folder / "Dockerfile").write_text(DOCKERFILE)
         (folder / "unpack.py").write_text(UNPACK)
-        try:
-            client.images.build(
-                path=str(folder),
-                tag=str(ref),
-                buildargs={"BASE_IMAGE": str(base)},
-                network_mode="none",
-                rm=True,
-                forcerm=True,
-                labels={"dev.trialog.recipe": ref.tag},
-            )
-        except BuildError as exc:
-            log = "".join(str(chunk.get("stream", chunk.get("error", ""))) for chunk in exc.build_log)
-            raise StackError(f"docker build of {ref} failed: {exc.msg}\n{log[-1500:]}", "") from exc
+        build_from(client, folder, ref, base)
     return str(ref)
 
 

@@ -95,10 +95,15 @@ def ensure_all(client: docker.DockerClient, paths: Paths) -> list[ImageRef]:
 
 
 def _build(client: docker.DockerClient, kind: str, ref: ImageRef, base: ImageRef) -> None:
+    build_from(client, IMAGES_DIR / kind, ref, base)
+
+
+def build_from(client: docker.DockerClient, context: Path, ref: ImageRef, base: ImageRef) -> None:
+    """`docker build` of the folder `context` on `base` (its BASE_IMAGE argument), tagged `ref`."""
     try:
         # No bridge network exists, so build steps run without a network at all.
         client.images.build(
-            path=str(IMAGES_DIR / kind),
+            path=str(context),
             tag=str(ref),
             buildargs={"BASE_IMAGE": str(base)},
             network_mode="none",
