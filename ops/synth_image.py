@@ -38,6 +38,10 @@ USER agent
 UNPACK = f"""import glob, zipfile
 for wheel in sorted(glob.glob("/tmp/trialog-wheels/*.whl")):
     zipfile.ZipFile(wheel).extractall("{SITE}")
+import compileall, sys
+# Into the harness's trusted bytecode prefix (see the sandbox image's Dockerfile), as root.
+sys.pycache_prefix = "/usr/lib/trialog-pycache"
+compileall.compile_dir("{SITE}", quiet=1)
 """
 
 
