@@ -42,7 +42,13 @@ def add_synthesize(commands: kit.Subparsers) -> None:
     source.add_argument("--repo", type=kit.existing_dir, metavar="DIR", help="a project checkout on disk")
     command.add_argument("--name", help="the project's name, with --repo (default: the folder's name)")
     command.add_argument("--version", dest="project_version", default="0", help="its version, with --repo")
-    command.add_argument("--out", type=Path, metavar="DIR", help="where the task folders go (required)")
+    command.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="where the task folders go (required); tasks of the same release already there are kept, their "
+        "failing-test sets taken and their mutants not run again, so runs with other seeds add up",
+    )
     command.add_argument(
         "--fetch-only", action="store_true", help="fetch and check the project, print its folder, stop"
     )
@@ -201,6 +207,8 @@ def _decontaminate(out: Path, kept: list[str], evals: list[Path]) -> list[str]:
 def _print_report(report: dict[str, Any]) -> None:
     print(f"{report['project']}: {report['kept']} tasks kept of {report['mutants_tried']} mutants tried")
     print(f"  usable tests {report['usable_tests']}, flaky {len(report['flaky_tests'])}")
+    if report["already_in_out"]:
+        print(f"  already in the folder: {report['already_in_out']} tasks of this release (their sets taken)")
     for reason, count in report["rejected"].items():
         print(f"  rejected {reason}: {count}")
     if report["contaminated"]:

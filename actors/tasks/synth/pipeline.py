@@ -30,13 +30,14 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from actors.tasks.spec import TaskError, load_task
 from actors.tasks.synth import instruction as texts
 from actors.tasks.synth.hidden import needed_tests
 from actors.tasks.synth.mutate import Mutation, mutations, sample
 from actors.tasks.synth.parity import grader_parity
 from actors.tasks.synth.project import Project
 from actors.tasks.synth.suite import MutantJob, SuiteRun, SuiteSandbox
-from actors.tasks.synth.writer import Kept, LeakError, write_task
+from actors.tasks.synth.writer import Kept, LeakError, task_id, write_task
 from actors.tasks.testids import TestFileError, names_of_tests
 from sandbox_agent.backend import SandboxBackend
 from sandbox_agent.limits import SandboxSpec
@@ -88,6 +89,8 @@ class SynthReport:
     refused_by_grader: int = 0  # test files whose unchanged run the grader saw as tampering
     baseline_s: float = 0.0
     seconds: float = 0.0
+    already_in_out: int = 0  # tasks of this project release in --out before the run: their sets are taken
+    skipped_made: int = 0  # mutants of the sample that are already tasks there: not run again
 
     def as_dict(self) -> dict[str, Any]:
         kept = len(self.kept)
@@ -104,6 +107,8 @@ class SynthReport:
             "kept_by_operator": dict(sorted(self.by_operator.items())),
             "tests_run": self.tests_run,
             "candidates_beyond_max": self.beyond_max,
+            "already_in_out": self.already_in_out,
+            "mutants_already_tasks": self.skipped_made,
             "baseline_s": round(self.baseline_s, 1),
             "seconds": round(self.seconds, 1),
             "seconds_per_kept_task": round(self.seconds / kept, 2) if kept else None,
@@ -212,6 +217,22 @@ def forbidden_snippets(mutation: Mutation, original: str, mutant: str) -> list[s
     return [snippet.strip() for snippet in [mutation.before, mutation.after, *lines] if snippet.strip()]
 
 
+def tasks_made_before(out: Path, project: Project) -> dict[str, frozenset[str]]:
+    """The tasks of this project release already under `out` (an earlier run, another seed): folder name ->
+    its fail-to-pass set. A later run into the same folder treats those sets as taken and those mutants as
+    done, so runs add up to one deduplicated set. A folder that does not load as a task is not one."""
+    made: dict[str, frozenset[str]] = {}
+    prefix = task_id(project, "").rpartition("-")[0] + "-"
+    for folder in sorted(out.glob(f"{prefix}*")) if out.is_dir() else ():
+        try:
+            meta = load_task(folder).spec.meta.synthesis
+        except TaskError:
+            continue
+        if meta is not None and (meta.project, meta.version) == (project.name, project.version):
+            made[folder.name] = frozenset(meta.fail_to_pass)
+    return made
+
+
 class Synthesizer:
     def __init__(
         self,
@@ -232,6 +253,7 @@ class Synthesizer:
         self._stop = threading.Event()
         self._ran = 0
         self._candidate_sets: set[frozenset[str]] = set()
+        self._taken: set[frozenset[str]] = set()  # fail-to-pass sets of tasks made by earlier runs
         self._usable: set[str] = set()
         self._mutant_timeout_s = options.suite_timeout_s
 
@@ -274,7 +296,18 @@ class Synthesizer:
             except (UnicodeDecodeError, ValueError, SyntaxError) as exc:  # not this Python's: not mutated
                 self.progress(f"{self.project.source}: {path} skipped ({exc})")
         report.mutants_available = sum(len(found) for found in by_module.values())
+        made = tasks_made_before(self.out, self.project)
+        self._taken = set(made.values())
+        report.already_in_out = len(made)
         order = sample(by_module, self.options.max_mutants, self.options.seed)
+        if made:
+            fresh = [m for m in order if task_id(self.project, m.key) not in made]
+            report.skipped_made = len(order) - len(fresh)
+            order = fresh
+            self.progress(
+                f"{self.project.source}: {len(made)} tasks already in {self.out} (their failing sets are "
+                f"taken); {report.skipped_made} of the sampled mutants are among them and not run again"
+            )
         queue = list(reversed(order))
         found: dict[int, Candidate | str] = {}
 
@@ -303,7 +336,7 @@ class Synthesizer:
         """Count a mutant run; stop the runs once enough distinct candidates are in hand for --max (with a
         margin for the ones writing may still reject)."""
         self._ran += 1
-        if isinstance(outcome, Candidate):
+        if isinstance(outcome, Candidate) and frozenset(outcome.failing) not in self._taken:
             self._candidate_sets.add(frozenset(outcome.failing))
         wanted = self.options.max_tasks
         if wanted is not None and len(self._candidate_sets) >= wanted + max(2, wanted // 10):
@@ -318,7 +351,7 @@ class Synthesizer:
     def _decide(self, found: dict[int, Candidate | str]) -> None:
         """In sample order (so the threads' timing changes nothing): deduplicate by failing-test set, write
         the tasks, stop at --max."""
-        report, seen = self.report, set()
+        report, seen = self.report, set(self._taken)
         for index in sorted(found):
             if self.options.max_tasks is not None and len(report.kept) >= self.options.max_tasks:
                 report.beyond_max = len(found) - report.tried

@@ -4,6 +4,7 @@ that needs a conftest fixture and a function no test reaches), and on a real sdi
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import docker
@@ -184,6 +185,14 @@ def test_a_small_project_gives_valid_tasks_that_leak_nothing(backend: DockerBack
             assert test.rpartition("::")[2] in task.spec.instruction  # names the failing test
         assert synthesis.mutation not in task.spec.instruction
     assert len(failing_sets) == len(report.kept)  # deduplicated by failing-test set
+
+    # A second run into the same folder (another seed, every mutant again) adds up with the first: the tasks
+    # made are not run again, their failing sets are taken, so it keeps nothing the first has.
+    again = Synthesizer(project, backend, SPEC, out, replace(options, seed=8)).run()
+    assert (again.already_in_out, again.skipped_made) == (len(report.kept), len(report.kept))
+    assert again.tried == report.tried - len(report.kept)
+    assert again.kept == [] and again.rejected[Reject.DUPLICATE] >= 1
+    assert sorted(path.name for path in out.iterdir()) == sorted(report.kept)
 
     # The grader agrees: the repo as given fails, with the solution it passes.
     task = load_task(out / report.kept[0])
