@@ -37,7 +37,7 @@ from actors.tasks.synth.mutate import Mutation, mutations, sample
 from actors.tasks.synth.parity import grader_parity
 from actors.tasks.synth.project import Project
 from actors.tasks.synth.suite import MutantJob, SuiteRun, SuiteSandbox
-from actors.tasks.synth.writer import Kept, LeakError, task_id, write_task
+from actors.tasks.synth.writer import Kept, LeakError, task_id, task_id_prefix, write_task
 from actors.tasks.testids import TestFileError, names_of_tests
 from sandbox_agent.backend import SandboxBackend
 from sandbox_agent.limits import SandboxSpec
@@ -222,8 +222,7 @@ def tasks_made_before(out: Path, project: Project) -> dict[str, frozenset[str]]:
     its fail-to-pass set. A later run into the same folder treats those sets as taken and those mutants as
     done, so runs add up to one deduplicated set. A folder that does not load as a task is not one."""
     made: dict[str, frozenset[str]] = {}
-    prefix = task_id(project, "").rpartition("-")[0] + "-"
-    for folder in sorted(out.glob(f"{prefix}*")) if out.is_dir() else ():
+    for folder in sorted(out.glob(f"{task_id_prefix(project)}*")) if out.is_dir() else ():
         try:
             meta = load_task(folder).spec.meta.synthesis
         except TaskError:

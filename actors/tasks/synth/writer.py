@@ -49,8 +49,13 @@ class Kept:
 
 
 def task_id(project: Project, key: str) -> str:
+    return f"{task_id_prefix(project)}{hashlib.sha256(f'{project.source}:{key}'.encode()).hexdigest()[:12]}"
+
+
+def task_id_prefix(project: Project) -> str:
+    """What every task id of `project` starts with (its name, made safe for a folder name, and a dash)."""
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", project.name).strip("-.") or "project"
-    return f"{name[:80]}-{hashlib.sha256(f'{project.source}:{key}'.encode()).hexdigest()[:12]}"
+    return f"{name[:80]}-"
 
 
 def write_task(project: Project, kept: Kept, out: Path, *, image: str | None = None) -> Path:
