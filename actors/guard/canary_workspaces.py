@@ -19,6 +19,7 @@ import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from actors.tasks.parsing import parse
 from actors.tasks.spec import Task
 from actors.tasks.testids import is_test_file
 
@@ -62,7 +63,7 @@ def repo_code_modules(task: Task) -> list[str]:
 
 def _parses(path: Path) -> bool:
     try:
-        ast.parse(path.read_bytes().decode("utf-8"))
+        parse(path.read_bytes().decode("utf-8"))
     except (UnicodeDecodeError, SyntaxError, ValueError):
         return False
     return True
@@ -71,7 +72,7 @@ def _parses(path: Path) -> bool:
 def insert_at_top(source: str, code: str) -> str:
     """`code` placed where it runs first: after the module docstring and `from __future__` imports (which
     must stay first), or after the leading comment lines (a shebang, an encoding line) when there is none."""
-    tree = ast.parse(source)
+    tree = parse(source)
     line = 0
     body = tree.body
     index = 0

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import ast
 
+from actors.tasks.parsing import parse
+
 GUARD = b'__import__("trialog_guard").'
 
 
 def rewrite_asserts(source: bytes) -> bytes:
     """`source` with its guarded comparisons rewritten; unchanged if it does not parse."""
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except (SyntaxError, ValueError):
         return source  # pytest reports the file's error itself
     lines = source.splitlines(keepends=True)

@@ -38,6 +38,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from actors.tasks.parsing import parse
 from actors.tasks.spec import Task
 from actors.tasks.testids import find_test_files, is_test_file, iter_tests
 
@@ -181,7 +182,7 @@ class _Module:
     @classmethod
     def parse(cls, path: Path, task_dir: Path) -> _Module | None:
         try:
-            tree = ast.parse(path.read_bytes(), filename=str(path))
+            tree = parse(path.read_bytes(), filename=str(path))
         except (SyntaxError, ValueError):
             return None
         functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}

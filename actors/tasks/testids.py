@@ -18,6 +18,8 @@ import ast
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from actors.tasks.parsing import parse
+
 
 class TestFileError(ValueError):
     """A frozen test file that cannot be read; `path` is the file."""
@@ -62,7 +64,7 @@ def _names_in(path: Path) -> Iterator[str]:
 def names_of_tests(source: bytes | str, path: Path) -> Iterator[str]:
     """The test names of one file's `source` (`test_x`, `TestA::test_y`), in source order."""
     try:
-        tree = ast.parse(source, filename=str(path))
+        tree = parse(source, filename=str(path))
     except SyntaxError as exc:
         raise TestFileError(path, f"syntax error at line {exc.lineno}: {exc.msg}") from None
     except ValueError as exc:  # e.g. null bytes

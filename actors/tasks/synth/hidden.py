@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Collection, Iterator
 
+from actors.tasks.parsing import parse
 from actors.tasks.testids import is_test_class
 
 
@@ -22,7 +23,7 @@ def cut_tests(source: str, keep: Collection[str]) -> str:
     """`source` without the tests whose names (`test_x`, `TestA::test_y`: ids without the file part and
     without parameters) are not in `keep`."""
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except SyntaxError as exc:
         raise CutError(f"syntax error at line {exc.lineno}: {exc.msg}") from None
     lines = source.splitlines(keepends=True)
@@ -39,7 +40,7 @@ def cut_tests(source: str, keep: Collection[str]) -> str:
 def needed_tests(source: str, keep: Collection[str]) -> set[str]:
     """`keep` and the module-level tests the kept ones call by name, transitively (`test_is_partial`
     calling `test_is_valid`): cutting those would break the kept ones."""
-    tree = ast.parse(source)
+    tree = parse(source)
     functions = {
         node.name: node
         for node in tree.body

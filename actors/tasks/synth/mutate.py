@@ -66,6 +66,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import PurePosixPath
 
+from actors.tasks.parsing import parse
 from actors.tasks.testids import is_test_file
 
 
@@ -147,7 +148,7 @@ def mutations(source: str, path: str) -> list[Mutation]:
     if is_test_path(path):
         raise ValueError(f"{path}: a test file; mutations are made in library code only")
     try:
-        tree = ast.parse(source, filename=path)
+        tree = parse(source, filename=path)
     except SyntaxError as error:
         raise ValueError(
             f"{path}: not valid Python ({error.msg}, line {error.lineno}); fix or skip it"

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from actors.tasks.parsing import parse
 from actors.tasks.spec import TaskError, load_task
 from actors.tasks.synth import instruction as texts
 from actors.tasks.synth.hidden import needed_tests
@@ -160,7 +161,7 @@ def function_spans(source: str) -> list[Span]:
     """Each function's body lines (first, last) and the lines its code object may start at (the first
     decorator's, the def's), innermost last when nested."""
     spans: list[Span] = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(parse(source)):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno is not None:
             starts = {node.lineno, *(decorator.lineno for decorator in node.decorator_list)}
             spans.append((node.body[0].lineno, node.end_lineno, frozenset(starts)))
@@ -462,7 +463,7 @@ class Synthesizer:
     def _docstring(self, test_id: str) -> str | None:
         file_part, _, name = test_id.partition("::")
         source = self.project.files[self.project.test_path(PurePosixPath(file_part).name)]
-        node: Any = ast.parse(source)
+        node: Any = parse(source)
         for part in name.partition("[")[0].split("::"):
             node = next(
                 (item for item in getattr(node, "body", []) if getattr(item, "name", None) == part), None
