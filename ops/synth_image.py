@@ -22,6 +22,7 @@ from pathlib import Path
 import docker
 from docker.errors import ImageNotFound
 
+from actors.tasks.harness.trialog_launch import TRUSTED_PYCACHE
 from ops.paths import Paths
 from ops.stack.images import ImageRef, build_from, sandbox_ref
 from streams.errors import StackError
@@ -40,7 +41,7 @@ for wheel in sorted(glob.glob("/tmp/trialog-wheels/*.whl")):
     zipfile.ZipFile(wheel).extractall("{SITE}")
 import compileall, sys
 # Into the harness's trusted bytecode prefix (see the sandbox image's Dockerfile), as root.
-sys.pycache_prefix = "/usr/lib/trialog-pycache"
+sys.pycache_prefix = "{TRUSTED_PYCACHE}"
 compileall.compile_dir("{SITE}", quiet=1)
 """
 
