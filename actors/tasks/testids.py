@@ -5,7 +5,8 @@ from the report (not collected, crashed the run, hidden by the workspace) counts
 files statically gives that list without trusting any run. The rules are pytest's defaults, which the
 verifier enforces (no workspace configuration is in effect): files `test_*.py` or `*_test.py`, functions
 named `test*` at module level, `test*` methods of `Test*` classes without an `__init__`, nested
-classes included, and `test*` methods of any class deriving from unittest's `TestCase` by name.
+classes included, and `test*` methods of any class deriving from unittest's `TestCase` by name; a class
+also has the test methods it inherits from classes defined earlier in the same file.
 
 Ids look like pytest node ids relative to the task folder: `tests/test_calc.py::TestAdd::test_zero`. A
 parametrized test has one id here; `expand_instances` replaces it by its instances
@@ -17,6 +18,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TypeGuard
 
 from actors.tasks.parsing import parse
 
@@ -73,30 +75,93 @@ def names_of_tests(source: bytes | str, path: Path) -> Iterator[str]:
         yield name
 
 
+# A test as collected: its name within the file, its function, the classes it runs in.
+Test = tuple[str, ast.FunctionDef | ast.AsyncFunctionDef, tuple[ast.ClassDef, ...]]
+
+
 def iter_tests(
     body: list[ast.stmt], prefix: str = "", classes: tuple[ast.ClassDef, ...] = ()
-) -> Iterator[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef, tuple[ast.ClassDef, ...]]]:
+) -> Iterator[Test]:
     """Each test of a parsed module's `body` as pytest collects it: its name within the file
-    (`TestAdd::test_zero`), its function, and the test classes around it, outermost first."""
+    (`TestAdd::test_zero`), its function, and the classes it runs in: the test classes around it,
+    outermost first, then the class's bases defined in the same file (where setUp or a helper may be).
+
+    A class collects the test methods it inherits from classes of the same file (`class TestB(TestA)`
+    reports `TestB::test_a`), as pytest does. Bases imported from elsewhere cannot be read here: their
+    methods are not frozen ids, so a task whose tests rely on them fails validation as `unstable_ids`."""
+    yield from _tests_in(body, prefix, classes, {})
+
+
+def _tests_in(
+    body: list[ast.stmt], prefix: str, classes: tuple[ast.ClassDef, ...], outer: dict[str, ast.ClassDef]
+) -> Iterator[Test]:
+    scope = dict(outer)  # the classes a base name can refer to here: this body's so far, and the outer ones
     for node in body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test"):
             yield prefix + node.name, node, classes
-        elif isinstance(node, ast.ClassDef) and is_test_class(node):
-            yield from iter_tests(node.body, f"{prefix}{node.name}::", (*classes, node))
+        elif isinstance(node, ast.ClassDef):
+            bases = same_file_bases(node, scope)
+            scope[node.name] = node  # bound after its bases were looked up, as Python does
+            if not is_test_class(node, bases):
+                continue
+            name, around = f"{prefix}{node.name}::", (*classes, node, *bases)
+            yield from _tests_in(node.body, name, around, scope)
+            own = _member_names(node)
+            for base in bases:  # inherited test methods, nearest base first; an override hides a base's
+                for item in base.body:
+                    if _is_test_function(item) and item.name not in own:
+                        own.add(item.name)
+                        yield name + item.name, item, around
+
+
+def same_file_bases(node: ast.ClassDef, scope: dict[str, ast.ClassDef]) -> tuple[ast.ClassDef, ...]:
+    """The classes `node` derives from that `scope` defines, and theirs, depth first without repeats (an
+    approximation of the MRO that is exact for single inheritance)."""
+    found: list[ast.ClassDef] = []
+    pending = [base.id for base in node.bases if isinstance(base, ast.Name)]
+    pending.reverse()
+    while pending:
+        base = scope.get(pending.pop())
+        if base is None or base is node or base in found:
+            continue
+        found.append(base)
+        pending.extend(reversed([b.id for b in base.bases if isinstance(b, ast.Name)]))
+    return tuple(found)
+
+
+def _is_test_function(node: ast.stmt) -> TypeGuard[ast.FunctionDef | ast.AsyncFunctionDef]:
+    return isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test")
+
+
+def _member_names(node: ast.ClassDef) -> set[str]:
+    """The names a class body binds (methods, nested classes, `test_x = None` hiding an inherited test)."""
+    names: set[str] = set()
+    for item in node.body:
+        if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(item.name)
+        elif isinstance(item, ast.Assign):
+            names.update(target.id for target in item.targets if isinstance(target, ast.Name))
+        elif isinstance(item, ast.AnnAssign | ast.AugAssign) and isinstance(item.target, ast.Name):
+            names.add(item.target.id)
+    return names
 
 
 # pytest collects a subclass of these whatever its name (and its `__init__` is unittest's own).
 UNITTEST_BASES = frozenset({"TestCase", "IsolatedAsyncioTestCase"})
 
 
-def is_test_class(node: ast.ClassDef) -> bool:
-    """A class pytest collects tests from: `Test*` without an `__init__`, or one deriving from unittest's."""
-    return (node.name.startswith("Test") and not _has_init(node)) or _is_unittest_class(node)
+def is_test_class(node: ast.ClassDef, bases: Sequence[ast.ClassDef] = ()) -> bool:
+    """A class pytest collects tests from: `Test*` without an `__init__` (its own or a same-file base's),
+    or one deriving from unittest's TestCase (by name, or through a same-file base)."""
+    if any(_is_unittest_class(cls) for cls in (node, *bases)):
+        return True
+    return node.name.startswith("Test") and not any(_has_init(cls) for cls in (node, *bases))
 
 
 def _is_unittest_class(node: ast.ClassDef) -> bool:
     """A class naming unittest's TestCase among its bases (`TestCase`, `unittest.TestCase`). One deriving
-    from a project's own base class is not seen: its tests are then not frozen ids, so never graded."""
+    from a project's own base class of another file is not seen: its tests are then not frozen ids, so
+    never graded."""
     names = {base.id if isinstance(base, ast.Name) else getattr(base, "attr", "") for base in node.bases}
     return bool(names & UNITTEST_BASES)
 

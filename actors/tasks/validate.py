@@ -6,7 +6,8 @@ the verdict names the first rule broken: `invalid_spec`, `timeout`, `flaky` (out
 runs), `already_passing`, `gold_tampers` (the gold solution raised a tamper signal: e.g. a frozen test
 compares with `mock.ANY`, or uses frame introspection the harness refuses; training on such a task would
 punish honest work as tampering), `gold_fails`, `unstable_ids` (the gold run reported tests other than the
-trusted collection of repo/ found: the expected ids would not be the ones graded).
+trusted collection of repo/ found: the expected ids would not be the ones graded). A task whose validation
+raised (a sandbox that would not start) is `error`, with the exception: it was not judged.
 
 Before any sandbox runs, the hidden tests are read for static findings (`actors.tasks.static_checks`:
 tests without an assertion or without the code under test, network, sleeps, the wall clock, unseeded
@@ -44,6 +45,7 @@ class Admission(StrEnum):
     GOLD_TAMPERS = "gold_tampers"
     UNSTABLE_IDS = "unstable_ids"
     WEAK_TESTS = "weak_tests"  # static findings on the hidden tests, refused only when asked to be strict
+    ERROR = "error"  # validating it raised (a sandbox that could not start, a broken engine): not judged
 
 
 @dataclass(frozen=True)
@@ -179,13 +181,24 @@ def validate_all(
     strict_tests: bool = False,
     on_done: Callable[[TaskValidation], None] = lambda _: None,
 ) -> list[TaskValidation]:
-    """Validate tasks in parallel, at most `jobs` at a time (each holds one sandbox at a time)."""
+    """Validate tasks in parallel, at most `jobs` at a time (each holds one sandbox at a time). A task whose
+    validation raises gets an `error` verdict naming the exception; the others go on."""
     with ThreadPoolExecutor(max_workers=max(jobs, 1), thread_name_prefix="validate") as pool:
-        futures = [
-            pool.submit(validate_task, path, verifier, runs, strict_tests=strict_tests) for path in paths
-        ]
+        futures = [pool.submit(validate_or_record, path, verifier, runs, strict_tests) for path in paths]
         results = []
         for future in futures:
             results.append(future.result())
             on_done(results[-1])
     return results
+
+
+def validate_or_record(path: Path, verifier: Verifier, runs: int, strict_tests: bool) -> TaskValidation:
+    """`validate_task`, or an `error` verdict naming what it raised."""
+    started = time.monotonic()
+    try:
+        return validate_task(path, verifier, runs, strict_tests=strict_tests)
+    except Exception as exc:  # one task's broken run must not end the validation of a thousand others
+        reason = f"validation raised {type(exc).__name__}: {exc}"
+        return TaskValidation(
+            str(path), None, None, Admission.ERROR, (reason,), seconds=time.monotonic() - started
+        )

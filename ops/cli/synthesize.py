@@ -35,10 +35,15 @@ def add_synthesize(commands: kit.Subparsers) -> None:
             "trialog tasks synthesize --project funcy==2.1 --test-deps whatever==0.7 --out /tmp/synth",
             "trialog tasks synthesize --repo ./mylib --name mylib --version 0.1 --out /tmp/synth --jobs 2",
             "trialog tasks synthesize --project boltons==26.2.0 --out /tmp/s --eval /tmp/humaneval --json",
+            "trialog tasks synthesize --project toolz==1.2.0 --project isodate==0.7.2 --out /tmp/s --max 100",
         ),
     )
     source = command.add_mutually_exclusive_group(required=True)
-    source.add_argument("--project", metavar="NAME==VERSION", help="a release on PyPI (its sdist is fetched)")
+    source.add_argument(
+        "--project", action="append", metavar="NAME==VERSION",
+        help="a release on PyPI (its sdist is fetched); repeat it to run several projects one after the "
+        "other into one --out (the report then has one entry per project and the totals)",
+    )  # fmt: skip
     source.add_argument("--repo", type=kit.existing_dir, metavar="DIR", help="a project checkout on disk")
     command.add_argument("--name", help="the project's name, with --repo (default: the folder's name)")
     command.add_argument("--version", dest="project_version", default="0", help="its version, with --repo")
@@ -68,6 +73,11 @@ def add_synthesize(commands: kit.Subparsers) -> None:
         "--pass-to-pass", type=kit.non_negative_int, default=10, metavar="P", help="passing tests per task"
     )
     command.add_argument(
+        "--validate-runs", type=kit.non_negative_int, default=1, metavar="R",
+        help="runs of `tasks validate` on each task once written (the real grader, as given and solved), "
+        "beside the mutant runs; a task not valid is removed; 0: none",
+    )  # fmt: skip
+    command.add_argument(
         "--eval", type=kit.existing_dir, action="append", default=[], metavar="DIR",
         help="an evaluation task set the synthesized tasks must not overlap (repeatable)",
     )  # fmt: skip
@@ -95,38 +105,85 @@ def _say(line: str) -> None:
 
 
 def _cmd_synthesize(args: argparse.Namespace) -> int:
-    from actors.tasks.synth.project import ProjectError, load_project
+    from actors.tasks.synth.project import ProjectError
     from ops.paths import Paths
-    from ops.synth_sources import SourceError, fetch_project, parse_requirement
+    from ops.synth_sources import SourceError, parse_requirement
 
     paths = Paths.from_env()
-    try:
+    try:  # every value is checked before anything is fetched or run
         if args.out is None and not args.fetch_only:
             raise ValueError("--out DIR is required: where the task folders go")
         if args.project is not None:
             if args.name is not None:
                 raise ValueError("--name goes with --repo; --project names the release itself")
-            name, version = parse_requirement(args.project)
-            _say(f"fetching the sdist of {name}=={version} ...")
-            root = fetch_project(name, version, paths)
-        else:
-            root = args.repo
-            name, version = args.name or Path(root).resolve().name, args.project_version
-        project = load_project(root, name, version)
-    except (ValueError, ProjectError, SourceError) as exc:
+            releases = [parse_requirement(project) for project in args.project]
+            if len(set(releases)) != len(releases):
+                raise ValueError("a --project is named twice")
+    except ValueError as exc:
         return _fail(str(exc), "", as_json=args.json)
-    _say(f"{project.source}: {len(project.modules)} modules, {len(project.tests)} test files")
+    reports: list[dict[str, Any]] = []
+    fetched: list[dict[str, str]] = []
+    for index in range(len(args.project) if args.project is not None else 1):
+        try:
+            project, root = _load(args, index, paths)
+        except (ValueError, ProjectError, SourceError) as exc:
+            return _fail(str(exc), "", as_json=args.json)
+        _say(f"{project.source}: {len(project.modules)} modules, {len(project.tests)} test files")
+        if args.fetch_only:
+            fetched.append({"project": project.source, "path": str(root)})
+            continue
+        report = _synthesize(project, args, paths)
+        if report is None:
+            return kit.EXIT_ERROR
+        reports.append(report)
+        if not args.json:
+            _print_report(report)
     if args.fetch_only:
-        print(json.dumps({"project": project.source, "path": str(root)}) if args.json else root)
+        if args.json:
+            print(json.dumps(fetched[0] if len(fetched) == 1 else {"projects": fetched}))
+        else:
+            print("\n".join(entry["path"] for entry in fetched))
         return kit.EXIT_OK
-    report = _synthesize(project, args, paths)
-    if report is None:
-        return kit.EXIT_ERROR
     if args.json:
-        print(json.dumps(report, indent=2))
+        print(json.dumps(reports[0] if len(reports) == 1 else _totals(reports), indent=2))
+    elif len(reports) > 1:
+        totals = _totals(reports)
+        print(
+            f"all {len(reports)} projects: {totals['kept']} tasks kept of {totals['mutants_tried']} mutants "
+            f"tried in {totals['seconds']} s ({totals['seconds_per_kept_task']} s per kept task)"
+        )
+    return kit.EXIT_OK if any(report["kept"] for report in reports) else kit.EXIT_FOUND
+
+
+def _load(args: argparse.Namespace, index: int, paths: Any) -> tuple[Any, Path]:
+    """The project to synthesize from: the `index`-th --project's sdist (fetched once), or --repo."""
+    from actors.tasks.synth.project import load_project
+    from ops.synth_sources import fetch_project, parse_requirement
+
+    if args.project is not None:
+        name, version = parse_requirement(args.project[index])
+        _say(f"fetching the sdist of {name}=={version} ...")
+        root = fetch_project(name, version, paths)
     else:
-        _print_report(report)
-    return kit.EXIT_OK if report["kept"] else kit.EXIT_FOUND
+        root = args.repo
+        name, version = args.name or Path(root).resolve().name, args.project_version
+    return load_project(root, name, version), Path(root)
+
+
+def _totals(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """One document for several projects: each one's report, and what they add up to."""
+    kept = sum(report["kept"] for report in reports)
+    seconds = round(sum(report["seconds"] for report in reports), 1)
+    return {
+        "projects": reports,
+        "kept": kept,
+        "mutants_tried": sum(report["mutants_tried"] for report in reports),
+        "tests_run": sum(report["tests_run"] for report in reports),
+        "contaminated": [task for report in reports for task in report["contaminated"]],
+        "seconds": seconds,
+        "seconds_per_kept_task": round(seconds / kept, 2) if kept else None,
+        "out": reports[0]["out"],
+    }
 
 
 def _synthesize(project: Any, args: argparse.Namespace, paths: Any) -> dict[str, Any] | None:
@@ -160,6 +217,7 @@ def _synthesize(project: Any, args: argparse.Namespace, paths: Any) -> dict[str,
         max_failing=args.max_failing,
         baseline_runs=args.baseline_runs,
         pass_to_pass=args.pass_to_pass,
+        validate_runs=args.validate_runs,
     )
     with stack_backend(paths, labels={"dev.trialog.synthesize": "1"}) as backend:
         with SuiteSandbox(backend, spec, project, options.suite_timeout_s) as suite:

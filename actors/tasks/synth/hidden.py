@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Collection, Iterator
+from dataclasses import dataclass
 
 from actors.tasks.parsing import parse
-from actors.tasks.testids import is_test_class
+from actors.tasks.testids import is_test_class, iter_tests, same_file_bases
 
 
 class CutError(ValueError):
@@ -21,20 +22,43 @@ class CutError(ValueError):
 
 def cut_tests(source: str, keep: Collection[str]) -> str:
     """`source` without the tests whose names (`test_x`, `TestA::test_y`: ids without the file part and
-    without parameters) are not in `keep`."""
+    without parameters) are not in `keep`.
+
+    A kept test keeps the function it runs and every class it runs in: `TestB::test_a` inherited from
+    `TestA` keeps `TestA` and its `test_a` even when `TestA::test_a` itself was not asked for (the cut file
+    then reports it too: `synth.writer` adds such tests to the task)."""
     try:
         tree = parse(source)
     except SyntaxError as exc:
         raise CutError(f"syntax error at line {exc.lineno}: {exc.msg}") from None
+    tests = list(iter_tests(tree.body))
+    wanted = set(keep)
+    kept = [(function, classes) for name, function, classes in tests if name in wanted]
+    plan = _Plan(
+        tests={id(function) for _, function, _ in tests},
+        functions={id(function) for function, _ in kept},
+        classes={id(cls) for _, classes in kept for cls in classes},
+    )
     lines = source.splitlines(keepends=True)
-    drop: list[tuple[int, int]] = sorted(_spans(tree.body, "", set(keep)))
+    drop: list[Drop] = sorted(_spans(tree.body, {}, plan))
     out: list[str] = []
     at = 0
-    for start, end in drop:  # 0-based [start, end) line spans, never overlapping (siblings or nested once)
+    for start, end, instead in drop:  # 0-based [start, end) spans, never overlapping (siblings or nested)
         out.extend(lines[at:start])
+        out.append(instead)
         at = max(at, end)
     out.extend(lines[at:])
     return "".join(out)
+
+
+Drop = tuple[int, int, str]  # lines [start, end) (0-based) of the source, and the text put there instead
+
+
+@dataclass(frozen=True)
+class _Plan:
+    tests: set[int]  # the functions some test id runs (by node identity)
+    functions: set[int]  # those a kept test runs
+    classes: set[int]  # the classes a kept test runs in (its own, those around it, their same-file bases)
 
 
 def needed_tests(source: str, keep: Collection[str]) -> set[str]:
@@ -55,26 +79,28 @@ def needed_tests(source: str, keep: Collection[str]) -> set[str]:
     return needed
 
 
-def _spans(body: list[ast.stmt], prefix: str, keep: set[str]) -> Iterator[tuple[int, int]]:
+def _spans(
+    body: list[ast.stmt], outer: dict[str, ast.ClassDef], plan: _Plan, *, class_body: bool = False
+) -> Iterator[Drop]:
+    """The line spans to drop from `body`: test functions no kept test runs, and test classes no kept test
+    runs in. Other classes (helpers, mixins) stay, less the test methods no kept test inherits."""
+    scope = dict(outer)
+    drops: list[Drop] = []
     for node in body:
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test"):
-            if prefix + node.name not in keep:
-                yield _span(node)
-        elif isinstance(node, ast.ClassDef) and is_test_class(node):
-            name = f"{prefix}{node.name}::"
-            if not any(test.startswith(name) for test in keep):
-                yield _span(node)
-                continue
-            inner = list(_spans(node.body, name, keep))
-            tests_left = [
-                item
-                for item in node.body
-                if not (isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef) and _span(item) in inner)
-            ]
-            if not tests_left:  # cannot happen while one of its tests is kept; guards an empty class body
-                yield _span(node)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            if id(node) in plan.tests and id(node) not in plan.functions:
+                drops.append((*_span(node), ""))
+        elif isinstance(node, ast.ClassDef):
+            bases = same_file_bases(node, scope)
+            scope[node.name] = node
+            if id(node) not in plan.classes and is_test_class(node, bases):
+                drops.append((*_span(node), ""))
             else:
-                yield from inner
+                yield from _spans(node.body, scope, plan, class_body=True)
+    if class_body and drops and len(drops) == len(body):  # a class body cannot be empty: `pass` stays
+        start, end, _ = drops.pop()
+        drops.append((start, end, " " * body[-1].col_offset + "pass\n"))
+    yield from drops
 
 
 def _span(node: ast.stmt) -> tuple[int, int]:

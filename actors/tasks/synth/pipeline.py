@@ -10,17 +10,22 @@
    the rest pass, no other mutant already failed exactly that set (deduplicated), and a second run fails
    the very same set. A test that never calls the mutated function runs the same code as before, so it
    still passes: that is how "the rest still pass" is known without rerunning the whole suite per mutant.
-3. Writing: the task folder (`writer.write_task`), its instruction from the failing tests only.
+3. Writing: the task folder (`writer.write_task`), its instruction from the failing tests only. Then,
+   while the mutants go on, `validate_runs` runs of `tasks validate` with the real grader: a task that is
+   not valid (a gold run that fails a varying set, ids the grader sees otherwise) is removed again.
 
 Work is spread over `jobs` sandboxes (threads: the work is in the sandboxes), in batches of BATCH mutants
-per sandbox command (pytest imported once, each run a fork). Deduplication and writing then go in sample
-order, so which of two mutants failing the same tests is kept does not depend on the threads' timing.
+per sandbox command (pytest imported once, each run a fork). Deduplication and writing go in sample order
+as the runs come in, so which of two mutants failing the same tests is kept does not depend on the
+threads' timing, and a run cut short keeps every task written so far (a later run into the same folder
+goes on from them).
 """
 
 from __future__ import annotations
 
 import ast
 import random
+import shutil
 import threading
 import time
 from collections import Counter
@@ -31,15 +36,17 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from actors.tasks.parsing import parse
-from actors.tasks.spec import TaskError, load_task
+from actors.tasks.spec import Task, TaskError, load_task
 from actors.tasks.synth import instruction as texts
 from actors.tasks.synth.hidden import needed_tests
 from actors.tasks.synth.mutate import Mutation, mutations, sample
 from actors.tasks.synth.parity import grader_parity
 from actors.tasks.synth.project import Project
 from actors.tasks.synth.suite import MutantJob, SuiteRun, SuiteSandbox
-from actors.tasks.synth.writer import Kept, LeakError, task_id, task_id_prefix, write_task
+from actors.tasks.synth.writer import Kept, LeakError, hidden_tests, task_id, task_id_prefix, write_task
 from actors.tasks.testids import TestFileError, names_of_tests
+from actors.tasks.validate import Admission, Verifier, validate_or_record
+from actors.tasks.verify import Verification, task_quotas, verify
 from sandbox_agent.backend import SandboxBackend
 from sandbox_agent.limits import SandboxSpec
 
@@ -58,6 +65,9 @@ class SynthOptions:
     pass_to_pass: int = 10  # passing tests sampled into each task's hidden tests
     suite_timeout_s: float = 600.0
     task_timeout_s: float = 120.0
+    # Runs of `tasks validate` (the real grader, repo/ as given and solved) on each task once written; one
+    # found invalid is removed. 0: none (validate the folder afterwards).
+    validate_runs: int = 1
 
 
 class Reject:
@@ -72,6 +82,7 @@ class Reject:
     LEAK = "leak-or-invalid"
     INSTRUCTION = "instruction-leaks"
     CALLS_UNRUN = "calls-an-unusable-test"
+    INVALID = "invalid-"  # + the validation verdict (`invalid-flaky`): written, validated, removed
 
 
 @dataclass
@@ -86,7 +97,7 @@ class SynthReport:
     rejected: Counter[str] = field(default_factory=Counter)
     by_operator: Counter[str] = field(default_factory=Counter)
     tests_run: int = 0
-    beyond_max: int = 0  # candidates run past --max (the runs stop with a margin): not decided
+    beyond_max: int = 0  # mutants run past --max (the batches in flight finish): not decided
     refused_by_grader: int = 0  # test files whose unchanged run the grader saw as tampering
     baseline_s: float = 0.0
     seconds: float = 0.0
@@ -124,6 +135,9 @@ class Baseline:
     unusable: int
     calls: dict[str, frozenset[str]]  # usable test -> "file:firstline" of the workspace code it called
     durations_s: float
+    # tests (ids without parameters) with an instance that is not usable: a hidden file holding one would
+    # grade that instance too
+    partly_unusable: frozenset[str] = frozenset()
 
 
 def frozen_ids(project: Project) -> set[str]:
@@ -152,8 +166,9 @@ def judge_baseline(
         test for test in always if test.partition("[")[0] in frozen and (graded is None or test in graded)
     )
     calls = {test: runs[0].calls.get(test, frozenset()) for test in usable}
+    partly = frozenset(test.partition("[")[0] for test in seen - set(usable))
     return Baseline(
-        tuple(usable), tuple(sorted(sometimes)), len(seen) - len(usable), calls, runs[0].duration_s
+        tuple(usable), tuple(sorted(sometimes)), len(seen) - len(usable), calls, runs[0].duration_s, partly
     )
 
 
@@ -233,6 +248,29 @@ def tasks_made_before(out: Path, project: Project) -> dict[str, frozenset[str]]:
     return made
 
 
+def sample_passing(
+    passing: Sequence[str], near_files: Collection[str], budget: int, rng: random.Random
+) -> list[str]:
+    """Passing tests for a task's hidden tests, at most `budget` test instances: whole test functions (a
+    hidden file keeps every instance of a function it keeps), those of the failing tests' files first,
+    then the others, each group shuffled. A function with more instances than the budget has left is
+    passed over: one parametrized 200 times would make every grade of the task 200 tests longer."""
+    functions: dict[str, list[str]] = {}
+    for test in passing:
+        functions.setdefault(test.partition("[")[0], []).append(test)
+    near = [base for base in functions if base.partition("::")[0] in near_files]
+    far = [base for base in functions if base.partition("::")[0] not in near_files]
+    rng.shuffle(near)
+    rng.shuffle(far)
+    chosen: list[str] = []
+    for base in near + far:
+        if len(chosen) >= budget:
+            break
+        if len(chosen) + len(functions[base]) <= budget:
+            chosen.extend(functions[base])
+    return sorted(chosen)
+
+
 class Synthesizer:
     def __init__(
         self,
@@ -244,9 +282,13 @@ class Synthesizer:
         *,
         image: str | None = None,
         progress: Progress = lambda _line: None,
+        grader: Verifier | None = None,
     ) -> None:
+        """`grader` grades a task's workspace for the validation of written tasks (default: the real
+        grader, in a sandbox of the task's image, or this run's)."""
         self.project, self.backend, self.spec, self.out = project, backend, spec, out
         self.options, self.image, self.progress = options, image, progress
+        self._grader = grader or self._real_grader
         self._started = time.monotonic()
         self.report = SynthReport(project.source)
         self._lock = threading.Lock()
@@ -254,8 +296,11 @@ class Synthesizer:
         self._ran = 0
         self._candidate_sets: set[frozenset[str]] = set()
         self._taken: set[frozenset[str]] = set()  # fail-to-pass sets of tasks made by earlier runs
+        self._decided_sets: set[frozenset[str]] = set()  # those and the sets of mutants decided so far
         self._usable: set[str] = set()
+        self._partly_unusable: frozenset[str] = frozenset()
         self._mutant_timeout_s = options.suite_timeout_s
+        self._checks: ThreadPoolExecutor | None = None  # validates written tasks while the mutants run
 
     def run(self) -> SynthReport:
         started = self._started = time.monotonic()
@@ -273,6 +318,7 @@ class Synthesizer:
         baseline = judge_baseline(runs, frozen_ids(self.project), parity.accepted)
         self.report.refused_by_grader = len(parity.refused_files)
         self._usable = set(baseline.usable)
+        self._partly_unusable = baseline.partly_unusable
         # A mutant can loop forever (a dropped `i += 1`): its run is cut well before the sandbox's limit.
         self._mutant_timeout_s = min(self.options.suite_timeout_s, max(30.0, 3 * baseline.durations_s + 10))
         report = self.report
@@ -298,6 +344,7 @@ class Synthesizer:
         report.mutants_available = sum(len(found) for found in by_module.values())
         made = tasks_made_before(self.out, self.project)
         self._taken = set(made.values())
+        self._decided_sets = set(self._taken)
         report.already_in_out = len(made)
         order = sample(by_module, self.options.max_mutants, self.options.seed)
         if made:
@@ -324,48 +371,54 @@ class Synthesizer:
                         with self._lock:
                             found[index] = outcome
                             self._note(outcome)
+                            self._decide_ready(found)
 
-        with ThreadPoolExecutor(max_workers=max(1, self.options.jobs)) as pool:
-            for future in [pool.submit(work) for _ in range(max(1, self.options.jobs))]:
-                future.result()
-        self._decide(found)
+        with ThreadPoolExecutor(
+            max_workers=max(1, self.options.jobs), thread_name_prefix="validate"
+        ) as checks:
+            self._checks = checks
+            with ThreadPoolExecutor(max_workers=max(1, self.options.jobs)) as pool:
+                for future in [pool.submit(work) for _ in range(max(1, self.options.jobs))]:
+                    future.result()
+            self._decide_ready(found)
+        self._checks = None
+        report.beyond_max = len(found) - report.tried
         report.seconds = time.monotonic() - started
         return report
 
     def _note(self, outcome: Candidate | str) -> None:
-        """Count a mutant run; stop the runs once enough distinct candidates are in hand for --max (with a
-        margin for the ones writing may still reject)."""
+        """Count a mutant run, and say how far the run is now and then."""
         self._ran += 1
         if isinstance(outcome, Candidate) and frozenset(outcome.failing) not in self._taken:
             self._candidate_sets.add(frozenset(outcome.failing))
-        wanted = self.options.max_tasks
-        if wanted is not None and len(self._candidate_sets) >= wanted + max(2, wanted // 10):
-            self._stop.set()
         if self._ran % 25 == 0:
             elapsed = time.monotonic() - self._started
             self.progress(
                 f"{self.project.source}: {self._ran} mutants run, {len(self._candidate_sets)} distinct "
-                f"candidates ({elapsed:.0f} s)"
+                f"candidates, {len(self.report.kept)} tasks written ({elapsed:.0f} s)"
             )
 
-    def _decide(self, found: dict[int, Candidate | str]) -> None:
-        """In sample order (so the threads' timing changes nothing): deduplicate by failing-test set, write
-        the tasks, stop at --max."""
-        report, seen = self.report, set(self._taken)
-        for index in sorted(found):
-            if self.options.max_tasks is not None and len(report.kept) >= self.options.max_tasks:
-                report.beyond_max = len(found) - report.tried
-                return
-            run = found[index]
+    def _full(self) -> bool:
+        return self.options.max_tasks is not None and len(self.report.kept) >= self.options.max_tasks
+
+    def _decide_ready(self, found: dict[int, Candidate | str]) -> None:
+        """Decide the mutants run so far in sample order, up to the first one still running (so the
+        threads' timing changes nothing): deduplicate by failing-test set and write the tasks as they are
+        decided (a run cut short keeps what it wrote); stop the runs at --max. Called with the lock held."""
+        report = self.report
+        while report.tried in found and not self._full():
+            run = found[report.tried]
             report.tried += 1
             outcome: Kept | str = run if isinstance(run, str) else Reject.DUPLICATE
-            if isinstance(run, Candidate) and frozenset(run.failing) not in seen:
-                seen.add(frozenset(run.failing))
+            if isinstance(run, Candidate) and frozenset(run.failing) not in self._decided_sets:
+                self._decided_sets.add(frozenset(run.failing))
                 outcome = self._keep(run)
             if isinstance(outcome, str):
                 report.rejected[outcome] += 1
             else:
                 report.by_operator[outcome.operator] += 1
+        if self._full():
+            self._stop.set()
 
     def _try_batch(
         self,
@@ -404,17 +457,17 @@ class Synthesizer:
         rng = random.Random(f"{self.options.seed}:{mutation.key}")
         failing_files = {test.partition("::")[0] for test in failing}
         # Passing with the mutant: the reaching tests that did not fail, and every usable test that never
-        # reached it (it ran unchanged code). Tests of the failing tests' files first, then the others.
+        # reached it (it ran unchanged code).
         passing = sorted(set(self._usable) - set(failing))
-        near = [test for test in passing if test.partition("::")[0] in failing_files]
-        far = [test for test in passing if test.partition("::")[0] not in failing_files]
-        rng.shuffle(near)
-        rng.shuffle(far)
-        pass_to_pass = sorted((near + far)[: self.options.pass_to_pass])
+        pass_to_pass = sample_passing(passing, failing_files, self.options.pass_to_pass, rng)
         called = self._called_tests([*failing, *pass_to_pass])
         if not called <= set(passing) | set(failing):  # a kept test calls one that is not usable
             return Reject.CALLS_UNRUN
         pass_to_pass = sorted(set(pass_to_pass) | (called - set(failing)))
+        reported = self._reported_by_cut([*failing, *pass_to_pass])
+        if reported is None:  # the cut files would report a test that is not usable
+            return Reject.CALLS_UNRUN
+        pass_to_pass = sorted(set(pass_to_pass) | (reported - set(failing)))
         forbidden = forbidden_snippets(mutation, original, mutant)
         failing_tests = [
             texts.FailingTest(
@@ -446,7 +499,48 @@ class Synthesizer:
             self.progress(f"rejected {mutation.key}: {exc}")
             return Reject.LEAK
         self.report.kept.append(folder.name)
+        if self._checks is not None and self.options.validate_runs:
+            self._checks.submit(self._validate, folder, kept.operator)
         return kept
+
+    def _validate(self, folder: Path, operator: str) -> None:
+        """Validate a written task with the real grader; remove it if it is not valid (the yield table
+        counts it as `invalid-<verdict>`, not kept)."""
+        result = validate_or_record(folder, self._grader, self.options.validate_runs, False)
+        if result.verdict is Admission.VALID:
+            return
+        shutil.rmtree(folder, ignore_errors=True)
+        with self._lock:
+            self.report.kept.remove(folder.name)
+            self.report.by_operator[operator] -= 1
+            self.report.rejected[Reject.INVALID + result.verdict.value] += 1
+        self.progress(f"removed {folder.name}: {result.verdict.value} ({'; '.join(result.reasons)[:300]})")
+
+    def _reported_by_cut(self, test_ids: Sequence[str]) -> set[str] | None:
+        """Every test the hidden files cut for `test_ids` report, or None if one is not usable (or has an
+        instance that is not: the grader runs every instance of a kept function). It is more than asked
+        when a kept test is inherited (`Sub::test_a` keeps `Base`, which reports `test_a` too). One that
+        does not fail with the mutant passes with it: it is a reaching test that passed, or it never ran
+        the mutated code."""
+        by_base: dict[str, list[str]] = {}
+        for test in self._usable:
+            by_base.setdefault(test.partition("[")[0], []).append(test)
+        reported: set[str] = set()
+        test_files = set(self.project.tests.values())
+        for flat, source in hidden_tests(self.project, test_ids).items():
+            if flat not in test_files:
+                continue  # a support module beside the tests: it holds none
+            for name in names_of_tests(source, Path(flat)):
+                base = f"tests/{flat}::{name}"
+                instances = by_base.get(base)
+                if not instances or base in self._partly_unusable:
+                    return None
+                reported.update(instances)
+        return reported
+
+    def _real_grader(self, task: Task, workspace: Path) -> Verification:
+        spec = SandboxSpec(task.spec.image or self.spec.image, task_quotas(task))
+        return verify(task, workspace, self.backend, spec)
 
     def _called_tests(self, test_ids: Sequence[str]) -> set[str]:
         """The module-level tests that `test_ids` call by name (they must be kept in the hidden file)."""

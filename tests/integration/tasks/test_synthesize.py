@@ -10,12 +10,13 @@ from pathlib import Path
 import docker
 import pytest
 
-from actors.tasks.spec import load_task
+from actors.tasks.spec import Task, load_task
 from actors.tasks.synth.pipeline import Reject, Synthesizer, SynthOptions
 from actors.tasks.synth.project import load_project
 from actors.tasks.synth.suite import SuiteSandbox
 from actors.tasks.synth.writer import find_leaks
-from actors.tasks.verify import verify
+from actors.tasks.validate import Admission, validate_task
+from actors.tasks.verify import Verification, verify
 from ops.paths import Paths
 from ops.stack.images import sandbox_ref
 from ops.synth_sources import fetch_project
@@ -115,6 +116,22 @@ def test_flaky():
 def test_needs_a_conftest_fixture(answer):
     assert answer == 42
 '''
+# unittest classes where one inherits the other's tests: pytest reports `InitialsAgain::test_two_words`
+# too, so a task keeping it must keep (and grade) both.
+CASES = """import unittest
+
+from minicalc.core import initials
+
+
+class InitialsCase(unittest.TestCase):
+    def test_two_words(self):
+        self.assertEqual(initials("grace hopper"), "GH")
+
+
+class InitialsAgain(InitialsCase):
+    def test_one_word(self):
+        self.assertEqual(initials("ada"), "A")
+"""
 CONFTEST = """import pytest
 
 
@@ -129,6 +146,7 @@ def write_project(root: Path) -> Path:
         "minicalc/__init__.py": "",
         "minicalc/core.py": CORE,
         "tests/test_core.py": TESTS,
+        "tests/test_cases.py": CASES,
         "tests/conftest.py": CONFTEST,
         "setup.py": "from setuptools import setup\nsetup(name='minicalc')\n",
         "README.md": "minicalc: small arithmetic helpers\n",
@@ -159,11 +177,11 @@ def test_a_small_project_gives_valid_tasks_that_leak_nothing(backend: DockerBack
         assert suite.shadowed() == {}
         assert suite.image_copies() == []
     out = tmp_path / "tasks"
-    options = SynthOptions(seed=7, jobs=1, max_failing=3, baseline_runs=2, pass_to_pass=3)
+    options = SynthOptions(seed=7, jobs=1, max_failing=4, baseline_runs=2, pass_to_pass=3)
     report = Synthesizer(project, backend, SPEC, out, options).run()
 
     assert report.flaky == ("tests/test_core.py::test_flaky",)
-    assert report.usable == 9  # all but the flaky one and the one needing the conftest's fixture
+    assert report.usable == 12  # all but the flaky one and the one needing the conftest's fixture
     assert report.tried == report.mutants_available > 10
     assert report.rejected[Reject.NOT_REACHED] >= 1  # never_called: no test reaches it
     assert len(report.kept) >= 4
@@ -175,7 +193,10 @@ def test_a_small_project_gives_valid_tasks_that_leak_nothing(backend: DockerBack
         assert (
             synthesis is not None and synthesis.project == "minicalc" and synthesis.file == "minicalc/core.py"
         )
-        assert 1 <= len(synthesis.fail_to_pass) <= 3
+        assert 1 <= len(synthesis.fail_to_pass) <= 4
+        assert set(task.test_ids) == {
+            test.partition("[")[0] for test in [*synthesis.fail_to_pass, *synthesis.pass_to_pass]
+        }
         assert set(synthesis.fail_to_pass) <= set(task.test_ids)
         assert "test_flaky" not in " ".join(task.test_ids) and "conftest" not in " ".join(task.test_ids)
         failing_sets.add(frozenset(synthesis.fail_to_pass))
@@ -193,6 +214,31 @@ def test_a_small_project_gives_valid_tasks_that_leak_nothing(backend: DockerBack
     assert again.tried == report.tried - len(report.kept)
     assert again.kept == [] and again.rejected[Reject.DUPLICATE] >= 1
     assert sorted(path.name for path in out.iterdir()) == sorted(report.kept)
+
+    # A task keeping an inherited test keeps the class it comes from, and is valid: the grader reports the
+    # very ids the task lists.
+    inheriting = [
+        task for task in (load_task(out / name) for name in report.kept)
+        if "tests/test_cases.py::InitialsAgain::test_two_words" in task.test_ids
+    ]  # fmt: skip
+    assert inheriting
+    assert "tests/test_cases.py::InitialsCase::test_two_words" in inheriting[0].test_ids
+    checked = validate_task(
+        inheriting[0].root, lambda task, workspace: verify(task, workspace, backend, SPEC), 1
+    )
+    assert checked.verdict is Admission.VALID, checked.reasons
+
+    # Every written task was validated once with the real grader: one it finds invalid is removed again
+    # (here a grader that says every run timed out).
+    def timing_out(task: Task, workspace: Path) -> Verification:
+        return replace(verify(task, workspace, backend, SPEC), timed_out=True)
+
+    refused = tmp_path / "refused"
+    removed = Synthesizer(
+        project, backend, SPEC, refused, replace(options, max_tasks=2), grader=timing_out
+    ).run()
+    assert removed.kept == [] and removed.rejected[Reject.INVALID + "timeout"] == 2
+    assert list(refused.iterdir()) == []
 
     # The grader agrees: the repo as given fails, with the solution it passes.
     task = load_task(out / report.kept[0])

@@ -76,3 +76,25 @@ def test_import_humaneval_errors_are_reported(tmp_path: Path, capsys: pytest.Cap
     bad.write_bytes(b"not a wheel")
     assert run("tasks", "import", "humaneval", "--out", str(tmp_path / "out"), "--source", str(bad)) == 2
     assert "cannot read HumanEval data" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "problem"),
+    [
+        (["--project", "toolz==1.2.0", "--project", "toolz==1.2.0", "--out", "x"], "named twice"),
+        (["--project", "toolz==1.2.0", "--project", "toolz"], "--out DIR is required"),
+        (["--project", "toolz==1.2.0", "--project", "isodate", "--out", "x"], "isodate"),
+        (["--project", "toolz==1.2.0", "--name", "t", "--out", "x"], "--name goes with --repo"),
+    ],
+)
+def test_synthesize_checks_every_project_before_fetching_any(
+    argv: list[str], problem: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ops.synth_sources
+
+    def no_fetch(*_args: object) -> None:
+        raise AssertionError("nothing may be fetched before every value is checked")
+
+    monkeypatch.setattr(ops.synth_sources, "fetch_project", no_fetch)
+    assert run("tasks", "synthesize", *argv, "--json") == 2
+    assert problem in json.loads(capsys.readouterr().out)["error"]

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -112,3 +114,86 @@ def test_sources_that_can_parametrize_need_a_collection(tmp_path: Path, source: 
 def test_plain_tests_need_no_collection(tmp_path: Path) -> None:
     write_tree(tmp_path, {"tests/test_a.py": "def test_a():\n    assert 1 + 1 == 2\n"})
     assert not may_have_instances(tmp_path / "tests")
+
+
+INHERITING = """
+import unittest
+
+
+class Base(unittest.TestCase):
+    def setUp(self):
+        self.x = 1
+
+    def test_one(self):
+        pass
+
+    def test_two(self):
+        pass
+
+
+class Sub(Base):  # a TestCase through Base: pytest collects Base's tests again, as Sub's
+    def test_two(self):  # overrides Base's: collected once, as Sub's own
+        pass
+
+    test_one = None  # hides the inherited test: not collected
+
+
+class Mixin:
+    def test_mixed(self):
+        pass
+
+
+class TestWithMixin(Mixin):
+    def test_own(self):
+        pass
+
+
+class TestA:
+    def test_a(self):
+        pass
+
+
+class TestB(TestA):
+    pass
+
+
+class HasInit:
+    def __init__(self):
+        pass
+
+
+class TestInheritsInit(HasInit):  # pytest refuses it: its __init__ is HasInit's
+    def test_never(self):
+        pass
+
+
+class Other(ImportedBase):  # a base from another file cannot be read: only its own Test-named rules apply
+    def test_unseen(self):
+        pass
+"""
+
+
+def test_classes_collect_the_tests_they_inherit_from_the_same_file(tmp_path: Path) -> None:
+    write_tree(tmp_path, {"tests/test_inherit.py": INHERITING})
+    names = [test_id.partition("::")[2] for test_id in discover_test_ids(tmp_path, tmp_path / "tests")]
+    assert names == [
+        "Base::test_one",
+        "Base::test_two",
+        "Sub::test_two",
+        "TestWithMixin::test_own",
+        "TestWithMixin::test_mixed",
+        "TestA::test_a",
+        "TestB::test_a",
+    ]
+
+
+def test_the_ids_of_inherited_tests_are_those_pytest_reports(tmp_path: Path) -> None:
+    source = INHERITING.replace("(ImportedBase)", "")
+    write_tree(tmp_path, {"tests/test_inherit.py": source})
+    static = set(discover_test_ids(tmp_path, tmp_path / "tests"))
+    collected = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "tests"],
+        cwd=tmp_path, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    reported = {line for line in collected.stdout.splitlines() if "::" in line}
+    assert reported == static

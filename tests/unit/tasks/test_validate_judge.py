@@ -1,9 +1,14 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
-from actors.tasks.reward import Verdict
-from actors.tasks.validate import Admission, RunOutcome, id_mismatch, judge
+from actors.tasks.reward import Grade, Verdict
+from actors.tasks.spec import Task
+from actors.tasks.validate import Admission, RunOutcome, id_mismatch, judge, validate_all
+from actors.tasks.verify import Verification
+
+from .helpers import REPO, make_task
 
 FAIL = (Verdict.FAIL, ("tests/test_a.py::test_x",))
 PASS = (Verdict.PASS, ())
@@ -62,3 +67,21 @@ def test_id_mismatch_folds_instances_and_ignores_collection_errors() -> None:
         "t.py::a[3]",
         "t.py::a[2]",
     )
+
+
+def test_a_task_whose_validation_raises_is_recorded_and_the_others_go_on(tmp_path: Path) -> None:
+    good, bad = make_task(tmp_path / "good", task_id="good"), make_task(tmp_path / "bad", task_id="bad")
+
+    def verifier(task: Task, workspace: Path) -> Verification:
+        if task.id == "bad":
+            raise RuntimeError("the sandbox would not start")
+        solved = (workspace / "calc.py").read_text() != REPO["calc.py"]
+        failed = () if solved else task.test_ids
+        grade = Grade(1.0 if solved else 0.0, Verdict.PASS if solved else Verdict.FAIL, 0, 1, failed)
+        return Verification(grade, 0.1, expected=task.test_ids, reported=task.test_ids, complete=True)
+
+    seen: list[str] = []
+    results = validate_all([bad, good], verifier, runs=2, jobs=2, on_done=lambda r: seen.append(r.path))
+    assert [r.verdict for r in results] == [Admission.ERROR, Admission.VALID]
+    assert results[0].reasons == ("validation raised RuntimeError: the sandbox would not start",)
+    assert seen == [str(bad), str(good)]

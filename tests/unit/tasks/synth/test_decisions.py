@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from actors.tasks.synth.mutate import mutations
@@ -13,6 +15,7 @@ from actors.tasks.synth.pipeline import (
     judge_baseline,
     judge_mutant,
     reaching_tests,
+    sample_passing,
 )
 from actors.tasks.synth.suite import SuiteRun, TestResult, parse_run
 
@@ -78,3 +81,15 @@ def test_the_runners_line_is_found_among_the_tests_output() -> None:
     parsed = parse_run(stdout, 2.0)
     assert parsed.complete and parsed.results["tests/t.py::test_a"] == TestResult("failed", "E x")
     assert not parse_run("killed before the end", 2.0).complete
+
+
+def test_passing_tests_are_sampled_as_whole_functions_within_the_budget() -> None:
+    many = [f"tests/test_a.py::test_param[{n}]" for n in range(50)]
+    few = [f"tests/test_a.py::test_pair[{n}]" for n in range(2)]
+    plain = [f"tests/test_b.py::test_{name}" for name in "uvwxyz"]
+    for seed in range(20):
+        chosen = sample_passing([*many, *few, *plain], {"tests/test_a.py"}, 5, random.Random(seed))
+        assert len(chosen) == 5 and not set(chosen) & set(many)  # 50 instances never fit a budget of 5
+        assert set(few) <= set(chosen)  # the failing tests' file first, and a function comes whole
+    assert sample_passing(many, set(), 5, random.Random(0)) == []
+    assert sample_passing(plain, set(), 0, random.Random(0)) == []

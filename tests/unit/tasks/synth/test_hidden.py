@@ -68,3 +68,61 @@ def test_unittest_classes_of_any_name_are_cut_like_test_classes() -> None:
 def test_tests_called_by_a_kept_test_are_needed() -> None:
     assert needed_tests(SOURCE, {"test_calls_a"}) == {"test_calls_a", "test_a"}
     assert needed_tests(SOURCE, {"test_b"}) == {"test_b"}
+
+
+INHERITING = """import unittest
+
+
+class Base(unittest.TestCase):
+    def setUp(self):
+        self.x = 1
+
+    def test_one(self):
+        assert self.x == 1
+
+    def test_two(self):
+        assert self.x
+
+
+class Sub(Base):
+    def test_three(self):
+        assert self.x
+
+
+class Mixin:
+    def test_mixed(self):
+        assert True
+
+    def test_other(self):
+        assert True
+
+
+class TestWithMixin(Mixin):
+    def test_own(self):
+        assert True
+"""
+
+
+def test_a_kept_inherited_test_keeps_its_base_class_and_function() -> None:
+    cut = cut_tests(INHERITING, {"Sub::test_one"})
+    # Base stays (Sub derives from it) with the function Sub runs; Base reports it too, the writer adds it
+    assert names(cut) == ["Base::test_one", "Sub::test_one"] and "class Sub(Base):\n    pass\n" in cut
+    assert "def setUp" in cut and "test_two" not in cut and "test_three" not in cut
+    assert "class TestWithMixin" not in cut and "class Mixin" in cut  # a helper class is never dropped
+
+
+def test_a_mixin_keeps_only_the_test_methods_kept_tests_inherit() -> None:
+    cut = cut_tests(INHERITING, {"TestWithMixin::test_mixed"})
+    assert names(cut) == ["TestWithMixin::test_mixed"]
+    assert "test_other" not in cut and "class Base" not in cut and "class Sub" not in cut
+    compile(cut, "cut.py", "exec")
+
+
+def test_a_needed_class_left_without_members_keeps_one() -> None:
+    source = (
+        "class TestA:\n    def test_a(self):\n        pass\n\n\n"
+        "class TestB(TestA):\n    def test_a(self):\n        pass\n"
+    )
+    cut = cut_tests(source, {"TestB::test_a"})
+    compile(cut, "cut.py", "exec")  # TestA must stay (TestB derives from it) and cannot be empty
+    assert names(cut) == ["TestB::test_a"] and "class TestA:\n    pass\n" in cut
