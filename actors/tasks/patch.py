@@ -232,6 +232,24 @@ def apply_patch(
     return changes
 
 
+def reverse_patch(patch: str | tuple[FilePatch, ...]) -> tuple[FilePatch, ...]:
+    """The patch that undoes `patch`: applied to what `patch` makes, it gives back what it was applied to."""
+    files = parse_patch(patch) if isinstance(patch, str) else patch
+    undo = {"+": "-", "-": "+", " ": " "}
+    return tuple(
+        FilePatch(
+            old_path=file.new_path,
+            new_path=file.old_path,
+            hunks=tuple(
+                Hunk(hunk.new_start, hunk.old_start, tuple((undo[op], text) for op, text in hunk.lines))
+                for hunk in file.hunks
+            ),
+            line=file.line,
+        )
+        for file in files
+    )
+
+
 def _apply_hunks(file: FilePatch, text: str) -> str:
     old = split_lines(text)
     out: list[str] = []

@@ -18,6 +18,7 @@ from actors.tasks.humaneval import PACKAGE
 from actors.tasks.toy import Variant
 from ops.cli import kit
 from ops.cli.grading import EXIT_FOUND, EXIT_OK, add_validate, register_verify, report_malformed
+from ops.cli.manifest import add_manifest
 from ops.cli.review import add_review
 from ops.cli.synthesize import add_synthesize
 from ops.cli.task_difficulty import add_difficulty
@@ -135,6 +136,7 @@ def register(subparsers: kit.Subparsers) -> None:
 
     add_validate(commands)
     add_synthesize(commands)
+    add_manifest(commands)
     add_review(commands)
     add_difficulty(commands)
     register_verify(subparsers)

@@ -62,18 +62,6 @@ def write_task(project: Project, kept: Kept, out: Path, *, image: str | None = N
     """Write the task under `out` (replacing a folder of the same id) and check it loads and leaks nothing."""
     folder = out / task_id(project, kept.key)
     staging = out / f".{folder.name}.partial"
-    if staging.exists():
-        shutil.rmtree(staging)
-    repo = staging / REPO_DIR
-    for path, data in project.files.items():
-        target = repo / path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(kept.mutant if path == kept.path else data)
-    for flat, source in hidden_tests(project, [*kept.fail_to_pass, *kept.pass_to_pass]).items():
-        target = staging / TESTS_DIR / flat
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(source)
-    (staging / PATCH_FILE).write_text(solution_patch(kept.path, kept.mutant, project.files[kept.path]))
     spec = TaskSpec(
         id=folder.name,
         instruction=kept.instruction,
@@ -94,7 +82,11 @@ def write_task(project: Project, kept: Kept, out: Path, *, image: str | None = N
             ),
         ),
     )
-    (staging / TASK_FILE).write_text(spec_to_toml(spec))
+    patch = solution_patch(kept.path, kept.mutant, project.files[kept.path])
+    build_folder(
+        staging, project, kept.path, kept.mutant, [*kept.fail_to_pass, *kept.pass_to_pass], patch,
+        spec_to_toml(spec),
+    )  # fmt: skip
     problems = find_leaks(staging, {kept.path: project.files[kept.path]})
     shadowing = sorted(
         flat for flat in hidden_tests(project, []) if PurePosixPath(flat).stem in project.top_level
@@ -114,6 +106,32 @@ def write_task(project: Project, kept: Kept, out: Path, *, image: str | None = N
         shutil.rmtree(folder)
     staging.rename(folder)
     return folder
+
+
+def build_folder(
+    staging: Path,
+    project: Project,
+    path: str,
+    mutant: bytes,
+    test_ids: Sequence[str],
+    patch: str,
+    task_toml: str,
+) -> None:
+    """Write a task folder at `staging` (replacing one there): repo/ the project with `mutant` at `path`,
+    tests/ its test files cut to `test_ids`, the solution patch and task.toml as given."""
+    if staging.exists():
+        shutil.rmtree(staging)
+    repo = staging / REPO_DIR
+    for name, data in project.files.items():
+        target = repo / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(mutant if name == path else data)
+    for flat, source in hidden_tests(project, test_ids).items():
+        target = staging / TESTS_DIR / flat
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(source)
+    (staging / PATCH_FILE).write_text(patch)
+    (staging / TASK_FILE).write_text(task_toml)
 
 
 class LeakError(ValueError):

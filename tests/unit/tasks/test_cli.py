@@ -98,3 +98,12 @@ def test_synthesize_checks_every_project_before_fetching_any(
     monkeypatch.setattr(ops.synth_sources, "fetch_project", no_fetch)
     assert run("tasks", "synthesize", *argv, "--json") == 2
     assert problem in json.loads(capsys.readouterr().out)["error"]
+
+
+def test_manifest_refuses_a_task_that_was_not_synthesized(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    make_task(tmp_path / "tasks" / "hand", task_id="hand")
+    assert run("tasks", "manifest", str(tmp_path / "tasks"), "--out", str(tmp_path / "m.jsonl"), "--json") == 2
+    assert "not a synthesized task" in json.loads(capsys.readouterr().out)["error"]
+    assert not (tmp_path / "m.jsonl").exists()

@@ -6,12 +6,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.tasks.patch import NO_NEWLINE, PatchError, apply_patch, apply_to_tree, make_patch, parse_patch
+from actors.tasks.patch import (
+    NO_NEWLINE,
+    FilePatch,
+    PatchError,
+    apply_patch,
+    apply_to_tree,
+    make_patch,
+    parse_patch,
+    reverse_patch,
+)
 
 from .helpers import git_apply, write_tree
 
 
-def _apply(patch: str, files: dict[str, str]) -> dict[str, str]:
+def _apply(patch: str | tuple[FilePatch, ...], files: dict[str, str]) -> dict[str, str]:
     changes = apply_patch(patch, files.get)
     result = {**files, **{k: v for k, v in changes.items() if v is not None}}
     return {k: v for k, v in result.items() if changes.get(k, "") is not None}
@@ -32,6 +41,16 @@ def test_make_then_apply_round_trips(before: str, after: str) -> None:
         assert patch == ""
     else:
         assert _apply(patch, old) == new
+
+
+@given(before=_TEXT, after=_TEXT)
+def test_a_reversed_patch_undoes_it(before: str, after: str) -> None:
+    old = {"m.py": before} if before else {}
+    new = {"m.py": after} if after else {}
+    patch = make_patch(old, new)
+    if old != new:  # else there is nothing to undo (and no patch)
+        assert _apply(patch, old) == new
+        assert _apply(reverse_patch(patch), new) == old
 
 
 @settings(max_examples=25, deadline=None)
