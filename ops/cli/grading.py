@@ -67,6 +67,7 @@ def add_validate(commands: kit.Subparsers) -> None:
             "trialog tasks validate examples/tasks",
             "trialog tasks validate examples/tasks/easy-fix-add --runs 1 --json",
             "trialog tasks validate /tmp/synthesized --strict-tests",
+            "trialog tasks validate /tmp/synthesized --runs 5 --record /tmp/validated.jsonl",
         ),
     )
     publish = kit.command(
@@ -100,6 +101,14 @@ def add_validate(commands: kit.Subparsers) -> None:
             "warnings",
         )
         kit.add_json(command, "print one JSON document: every task's verdict, or the problems found")
+    validate.add_argument(
+        "--record",
+        type=Path,
+        metavar="FILE",
+        help="append each task's verdict to FILE (JSON lines) as it is decided; a task already recorded "
+        "there at the same version with at least --runs runs is not validated again, so a long validation "
+        "cut short goes on where it stopped",
+    )
     publish.add_argument(
         "--run",
         type=kit.run_id,
@@ -163,7 +172,9 @@ def _survey(args: argparse.Namespace, prog: str) -> TaskSurvey | int:
     return found
 
 
-def _validate(args: argparse.Namespace, tasks: Sequence[Task]) -> list[TaskValidation]:
+def _validate(
+    args: argparse.Namespace, tasks: Sequence[Task], record: Path | None = None
+) -> list[TaskValidation]:
     from actors.tasks.validate import validate_all
     from ops.progress import ProgressBar
 
@@ -172,6 +183,9 @@ def _validate(args: argparse.Namespace, tasks: Sequence[Task]) -> list[TaskValid
 
         def done(result: TaskValidation) -> None:
             progress.advance(f"{result.task_id or result.path}: {result.verdict.value}")
+            if record is not None:
+                with record.open("a", encoding="utf-8") as out:
+                    out.write(json.dumps({**result.to_json(), "runs_asked": args.runs}) + "\n")
 
         with _sandbox_verifier() as run:
             folders = [task.root for task in tasks]
@@ -192,11 +206,13 @@ def print_validations(results: Sequence[TaskValidation]) -> None:
             print(f"  {'finding':<14} {finding}")
 
 
-def _summary(results: Sequence[TaskValidation], **more: Any) -> str:
-    from actors.tasks.validate import Admission
-
-    valid = sum(result.verdict is Admission.VALID for result in results)
-    document = {"valid": valid, "total": len(results), **more, "tasks": [r.to_json() for r in results]}
+def _summary(results: Sequence[TaskValidation], earlier: Sequence[dict[str, Any]] = (), **more: Any) -> str:
+    """One document: the counts, then every task's verdict (those validated now, then those recorded)."""
+    tasks = [*(result.to_json() for result in results), *earlier]
+    valid = sum(task["verdict"] == "valid" for task in tasks)
+    document = {"valid": valid, "total": len(tasks), **more, "tasks": tasks}
+    if earlier:
+        document["recorded"] = len(earlier)
     return json.dumps(document, indent=2)
 
 
@@ -206,10 +222,52 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     found = _survey(args, "trialog tasks validate")
     if isinstance(found, int):
         return found
-    results = _validate(args, found.tasks)
+    try:
+        recorded = read_record(args.record, found.tasks, args.runs) if args.record else {}
+    except (OSError, ValueError) as exc:
+        problem = StackError(f"{args.record}: cannot be read as a validation record: {exc}", "")
+        return kit.report_error("trialog tasks validate", problem, as_json=args.json)
+    if recorded:
+        print(f"{len(recorded)} tasks already validated in {args.record}: not run again", file=sys.stderr)
+    todo = [task for task in found.tasks if task.id not in recorded]
+    results = _validate(args, todo, args.record)
+    earlier = list(recorded.values())
+    if not args.json:
+        for entry in earlier:
+            why = f"  ({'; '.join(entry['reasons'])})" if entry["reasons"] else ""
+            print(f"{entry['verdict']:<16} {entry['task']} (recorded){why}")
     if args.json:
-        print(_summary(results))
-    return EXIT_OK if all(r.verdict is Admission.VALID for r in results) else EXIT_FOUND
+        print(_summary(results, earlier))
+    fresh_valid = all(r.verdict is Admission.VALID for r in results)
+    return EXIT_OK if fresh_valid and all(e["verdict"] == "valid" for e in earlier) else EXIT_FOUND
+
+
+def read_record(path: Path, tasks: Sequence[Task], runs: int) -> dict[str, dict[str, Any]]:
+    """The verdicts `path` holds for `tasks` at their current version with at least `runs` runs, by task
+    id (the last line of a task wins). A missing file holds none. A last line without its newline is the
+    write a kill cut short: it is cut off the file, so what is appended next starts a line of its own."""
+    if not path.exists():
+        return {}
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        data = data[: data.rfind(b"\n") + 1]
+        with path.open("r+b") as file:
+            file.truncate(len(data))
+    versions = {task.id: task.version for task in tasks}
+    found: dict[str, dict[str, Any]] = {}
+    for number, line in enumerate(data.decode("utf-8").splitlines(), start=1):
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            raise ValueError(f"line {number} is not JSON") from None
+        if not isinstance(entry, dict):
+            raise ValueError(f"line {number} is not a task's verdict")
+        task = entry.get("task")
+        if not isinstance(task, str):
+            continue  # a task that did not load (invalid_spec) has no id: it is validated again
+        if versions.get(task) == entry.get("version") and entry.get("runs_asked", 0) >= runs:
+            found[task] = entry
+    return found
 
 
 def _cmd_publish(args: argparse.Namespace) -> int:

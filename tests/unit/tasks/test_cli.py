@@ -104,6 +104,72 @@ def test_manifest_refuses_a_task_that_was_not_synthesized(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     make_task(tmp_path / "tasks" / "hand", task_id="hand")
-    assert run("tasks", "manifest", str(tmp_path / "tasks"), "--out", str(tmp_path / "m.jsonl"), "--json") == 2
+    assert (
+        run("tasks", "manifest", str(tmp_path / "tasks"), "--out", str(tmp_path / "m.jsonl"), "--json") == 2
+    )
     assert "not a synthesized task" in json.loads(capsys.readouterr().out)["error"]
     assert not (tmp_path / "m.jsonl").exists()
+
+
+def test_validate_records_verdicts_and_goes_on_where_it_stopped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from collections.abc import Callable, Iterator
+    from contextlib import contextmanager
+
+    import ops.cli.grading
+    from actors.tasks.reward import Grade, Verdict
+    from actors.tasks.spec import Task
+    from actors.tasks.verify import Verification
+
+    from .helpers import REPO
+
+    graded: list[str] = []
+
+    @contextmanager
+    def verifier() -> Iterator[Callable[[Task, Path], Verification]]:
+        def grade(task: Task, workspace: Path) -> Verification:
+            graded.append(task.id)
+            solved = (workspace / "calc.py").read_text() != REPO["calc.py"]
+            failed = () if solved else task.test_ids
+            verdict = Verdict.PASS if solved else Verdict.FAIL
+            return Verification(
+                Grade(float(solved), verdict, 0, 1, failed), 0.1, expected=task.test_ids,
+                reported=task.test_ids, complete=True,
+            )  # fmt: skip
+
+        yield grade
+
+    monkeypatch.setattr(ops.cli.grading, "_sandbox_verifier", verifier)
+    for name in ("one", "two"):
+        make_task(tmp_path / "tasks" / name, task_id=name)
+    record = tmp_path / "record.jsonl"
+    argv = [
+        "tasks",
+        "validate",
+        str(tmp_path / "tasks"),
+        "--runs",
+        "2",
+        "--jobs",
+        "1",
+        "--record",
+        str(record),
+    ]
+    assert run(*argv, "--json") == 0
+    assert len(graded) == 8 and len(record.read_text().splitlines()) == 2  # 2 tasks x 2 runs x 2 grades
+    capsys.readouterr()
+
+    record.write_text(record.read_text().splitlines()[0] + "\n" + '{"task": "two", "verd')  # cut short
+    graded.clear()
+    assert run(*argv, "--json") == 0
+    document = json.loads(capsys.readouterr().out)
+    assert (document["valid"], document["total"], document["recorded"]) == (2, 2, 1)
+    assert len(graded) == 4 and set(graded) == {"two"}  # only the task not recorded ran again
+
+    graded.clear()
+    assert run(*argv[:-2], "--runs", "3", "--record", str(record), "--json") == 0
+    assert len(graded) == 12  # a record of 2 runs does not stand for 3
+    (tmp_path / "tasks" / "one" / "tests" / "test_extra.py").write_text("def test_x():\n    assert True\n")
+    graded.clear()
+    run(*argv, "--json")
+    assert set(graded) == {"one"}  # a changed task (another version) is validated again
