@@ -10,6 +10,9 @@ timed "stack parts: Docker engine, images, Kafka jars, Jaeger" .venv/bin/trialog
 # The real project the synthesis test uses: its sdist from PyPI into the cache (tests reach loopback only).
 timed "synthesis sdist toolz==1.2.0 (PyPI once, then cached)" .venv/bin/trialog tasks synthesize \
   --project toolz==1.2.0 --fetch-only
+# The releases the shipped task set (examples/synth) is rebuilt from, for its integration test.
+timed "synthesis sdists of examples/synth (PyPI once, then cached)" .venv/bin/trialog tasks materialize \
+  examples/synth/tasks.jsonl.gz --fetch-only
 timed "ruff" .venv/bin/python -m ruff check .
 timed "ruff format" .venv/bin/python -m ruff format --check .
 timed "mypy (strict)" .venv/bin/python -m mypy

@@ -49,14 +49,18 @@ def add_manifest(commands: kit.Subparsers) -> None:
         examples=(
             "trialog tasks materialize tasks.jsonl.gz --out /tmp/synth",
             "trialog tasks materialize tasks.jsonl.gz --out /tmp/synth --project toolz==1.2.0 --json",
+            "trialog tasks materialize tasks.jsonl.gz --fetch-only",
         ),
     )
     materialize.add_argument("manifest", type=kit.existing_file, metavar="FILE", help="the manifest to read")
-    materialize.add_argument("--out", type=Path, required=True, metavar="DIR", help="where the folders go")
+    materialize.add_argument("--out", type=Path, metavar="DIR", help="where the folders go (required)")
     materialize.add_argument(
         "--project", action="append", default=[], metavar="NAME==VERSION",
         help="only the tasks of this release (repeatable; default: all)",
     )  # fmt: skip
+    materialize.add_argument(
+        "--fetch-only", action="store_true", help="fetch the releases' sdists into the cache, write nothing"
+    )
     kit.add_json(materialize, "print one JSON document: how many were rebuilt, and the problems")
 
 
@@ -94,6 +98,8 @@ def _cmd_materialize(args: argparse.Namespace) -> int:
     from ops.synth_sources import SourceError, fetch_project, parse_requirement
 
     prog = "trialog tasks materialize"
+    if args.out is None and not args.fetch_only:
+        return _fail(prog, "--out DIR is required: where the task folders go", as_json=args.json)
     try:
         wanted = {parse_requirement(project) for project in args.project}
         entries = read_manifest(args.manifest)
@@ -107,6 +113,8 @@ def _cmd_materialize(args: argparse.Namespace) -> int:
     if missing:
         return _fail(prog, f"the manifest has no task of {', '.join(missing)}", as_json=args.json)
     paths = Paths.from_env()
+    if args.fetch_only:
+        return _fetch_only(sorted({entries[0].release for entries in by_project.values()}), paths, args)
     problems: list[str] = []
     written = done = 0
     total = sum(len(listed) for listed in by_project.values())
@@ -142,6 +150,21 @@ def _cmd_materialize(args: argparse.Namespace) -> int:
             print(f"not rebuilt: {problem}")
         print(f"rebuilt {written} of {total} tasks into {args.out}")
     return kit.EXIT_OK if not problems else kit.EXIT_FOUND
+
+
+def _fetch_only(releases: list[tuple[str, str]], paths: Any, args: argparse.Namespace) -> int:
+    from ops.synth_sources import SourceError, fetch_project
+
+    fetched: dict[str, str] = {}
+    for name, version in releases:
+        try:
+            fetched[f"{name}=={version}"] = str(fetch_project(name, version, paths))
+        except SourceError as exc:
+            return _fail("trialog tasks materialize", str(exc), as_json=args.json)
+        _say(f"{name}=={version}: {fetched[f'{name}=={version}']}")
+    if args.json:
+        print(json.dumps({"fetched": fetched}, indent=2))
+    return kit.EXIT_OK
 
 
 def _fail(prog: str, message: str, *, as_json: bool) -> int:

@@ -30,7 +30,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -301,6 +301,7 @@ class Synthesizer:
         self._partly_unusable: frozenset[str] = frozenset()
         self._mutant_timeout_s = options.suite_timeout_s
         self._checks: ThreadPoolExecutor | None = None  # validates written tasks while the mutants run
+        self._validations: list[Future[None]] = []
 
     def run(self) -> SynthReport:
         started = self._started = time.monotonic()
@@ -382,6 +383,8 @@ class Synthesizer:
                     future.result()
             self._decide_ready(found)
         self._checks = None
+        for check in self._validations:  # all done; one that raised says so here rather than never
+            check.result()
         report.beyond_max = len(found) - report.tried
         report.seconds = time.monotonic() - started
         return report
@@ -500,7 +503,7 @@ class Synthesizer:
             return Reject.LEAK
         self.report.kept.append(folder.name)
         if self._checks is not None and self.options.validate_runs:
-            self._checks.submit(self._validate, folder, kept.operator)
+            self._validations.append(self._checks.submit(self._validate, folder, kept.operator))
         return kept
 
     def _validate(self, folder: Path, operator: str) -> None:
@@ -513,6 +516,8 @@ class Synthesizer:
         with self._lock:
             self.report.kept.remove(folder.name)
             self.report.by_operator[operator] -= 1
+            if not self.report.by_operator[operator]:
+                del self.report.by_operator[operator]
             self.report.rejected[Reject.INVALID + result.verdict.value] += 1
         self.progress(f"removed {folder.name}: {result.verdict.value} ({'; '.join(result.reasons)[:300]})")
 
