@@ -225,8 +225,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     try:
         recorded = read_record(args.record, found.tasks, args.runs) if args.record else {}
     except (OSError, ValueError) as exc:
-        problem = StackError(f"{args.record}: cannot be read as a validation record: {exc}", "")
-        return kit.report_error("trialog tasks validate", problem, as_json=args.json)
+        problem = f"{args.record}: cannot be read as a validation record: {exc}"
+        return kit.report_problem("trialog tasks validate", problem, as_json=args.json)
     if recorded:
         print(f"{len(recorded)} tasks already validated in {args.record}: not run again", file=sys.stderr)
     todo = [task for task in found.tasks if task.id not in recorded]

@@ -458,6 +458,11 @@ def report_error(prog: str, error: StackError, *, as_json: bool) -> int:
     return EXIT_ERROR
 
 
+def report_problem(prog: str, message: str, hint: str = "", *, as_json: bool) -> int:
+    """`report_error` for bad input found by the command itself (no service involved). Returns 2."""
+    return report_error(prog, StackError(message, hint), as_json=as_json)
+
+
 def size_text(size: int) -> str:
     """`size` bytes the way `size` reads them back ("2g", "256m", "64k"), for defaults shown in --help."""
     for unit, factor in (("t", 1 << 40), ("g", 1 << 30), ("m", 1 << 20), ("k", 1 << 10)):

@@ -80,7 +80,7 @@ def _cmd_manifest(args: argparse.Namespace) -> int:
         entries = [entry_of(task) for task in found.tasks]
         count = write_manifest(args.out, entries)
     except (ManifestError, OSError) as exc:
-        return _fail("trialog tasks manifest", str(exc), as_json=args.json)
+        return kit.report_problem("trialog tasks manifest", str(exc), as_json=args.json)
     projects = sorted({entry.project for entry in entries})
     document = {"tasks": count, "projects": projects, "out": str(args.out), "bytes": args.out.stat().st_size}
     if args.json:
@@ -99,22 +99,23 @@ def _cmd_materialize(args: argparse.Namespace) -> int:
 
     prog = "trialog tasks materialize"
     if args.out is None and not args.fetch_only:
-        return _fail(prog, "--out DIR is required: where the task folders go", as_json=args.json)
+        return kit.report_problem(prog, "--out DIR is required: where the task folders go", as_json=args.json)
     try:
         wanted = {parse_requirement(project) for project in args.project}
         entries = read_manifest(args.manifest)
     except (ValueError, ManifestError) as exc:
-        return _fail(prog, str(exc), as_json=args.json)
+        return kit.report_problem(prog, str(exc), as_json=args.json)
     by_project: dict[str, list[ManifestEntry]] = defaultdict(list)
     for entry in entries:
         if not wanted or entry.release in wanted:
             by_project[entry.project].append(entry)
     missing = sorted(f"{name}=={version}" for name, version in wanted - {e.release for e in entries})
     if missing:
-        return _fail(prog, f"the manifest has no task of {', '.join(missing)}", as_json=args.json)
+        problem = f"the manifest has no task of {', '.join(missing)}"
+        return kit.report_problem(prog, problem, as_json=args.json)
     paths = Paths.from_env()
     if args.fetch_only:
-        return _fetch_only(sorted({entries[0].release for entries in by_project.values()}), paths, args)
+        return _fetch_only(sorted({listed[0].release for listed in by_project.values()}), paths, args)
     problems: list[str] = []
     written = done = 0
     total = sum(len(listed) for listed in by_project.values())
@@ -160,14 +161,8 @@ def _fetch_only(releases: list[tuple[str, str]], paths: Any, args: argparse.Name
         try:
             fetched[f"{name}=={version}"] = str(fetch_project(name, version, paths))
         except SourceError as exc:
-            return _fail("trialog tasks materialize", str(exc), as_json=args.json)
+            return kit.report_problem("trialog tasks materialize", str(exc), as_json=args.json)
         _say(f"{name}=={version}: {fetched[f'{name}=={version}']}")
     if args.json:
         print(json.dumps({"fetched": fetched}, indent=2))
     return kit.EXIT_OK
-
-
-def _fail(prog: str, message: str, *, as_json: bool) -> int:
-    from streams.errors import StackError
-
-    return kit.report_error(prog, StackError(message, ""), as_json=as_json)

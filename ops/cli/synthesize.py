@@ -95,9 +95,7 @@ def add_synthesize(commands: kit.Subparsers) -> None:
 
 
 def _fail(message: str, hint: str, *, as_json: bool) -> int:
-    from streams.errors import StackError
-
-    return kit.report_error("trialog tasks synthesize", StackError(message, hint), as_json=as_json)
+    return kit.report_problem("trialog tasks synthesize", message, hint, as_json=as_json)
 
 
 def _say(line: str) -> None:

@@ -299,6 +299,7 @@ class Synthesizer:
         self._decided_sets: set[frozenset[str]] = set()  # those and the sets of mutants decided so far
         self._usable: set[str] = set()
         self._partly_unusable: frozenset[str] = frozenset()
+        self._usable_by_function: dict[str, list[str]] = {}  # test id without parameters -> usable instances
         self._mutant_timeout_s = options.suite_timeout_s
         self._checks: ThreadPoolExecutor | None = None  # validates written tasks while the mutants run
         self._validations: list[Future[None]] = []
@@ -320,6 +321,8 @@ class Synthesizer:
         self.report.refused_by_grader = len(parity.refused_files)
         self._usable = set(baseline.usable)
         self._partly_unusable = baseline.partly_unusable
+        for test in baseline.usable:  # once: every kept task's cut is checked against it
+            self._usable_by_function.setdefault(test.partition("[")[0], []).append(test)
         # A mutant can loop forever (a dropped `i += 1`): its run is cut well before the sandbox's limit.
         self._mutant_timeout_s = min(self.options.suite_timeout_s, max(30.0, 3 * baseline.durations_s + 10))
         report = self.report
@@ -527,9 +530,7 @@ class Synthesizer:
         when a kept test is inherited (`Sub::test_a` keeps `Base`, which reports `test_a` too). One that
         does not fail with the mutant passes with it: it is a reaching test that passed, or it never ran
         the mutated code."""
-        by_base: dict[str, list[str]] = {}
-        for test in self._usable:
-            by_base.setdefault(test.partition("[")[0], []).append(test)
+        by_base = self._usable_by_function
         reported: set[str] = set()
         test_files = set(self.project.tests.values())
         for flat, source in hidden_tests(self.project, test_ids).items():
