@@ -228,19 +228,31 @@ class Learner:
             counts += group_counts
         if not groups:
             return
-        passes = train_epochs(self.model, self.optimizer, samples, self.settings.epochs, self.settings.train)
-        stats = passes[-1]  # the report keeps the last pass's statistics
         version = self.state.version + 1
-        published = store_weights(self.store, merged_weights(self.model), origin=self.origin,
-                                  run_id=self.settings.run_id, version=version,
-                                  trajectories=sum(len(g.members) for g in groups))  # fmt: skip
+        episodes = [m.episode_id for g in groups for m in g.members]
+        # The step's own trace, linked to every episode it trains on: from a version to its episodes.
+        with tracing.learner_step_span(
+            self.settings.run_id, version, episodes, {"trialog.learner.groups": len(groups)}
+        ) as span:
+            passes = train_epochs(
+                self.model, self.optimizer, samples, self.settings.epochs, self.settings.train
+            )
+            last = passes[-1]
+            span.set_attributes({
+                "trialog.learner.trajectories": len(episodes), "trialog.learner.samples": last.samples,
+                "trialog.learner.tokens": last.tokens, "trialog.learner.loss": last.loss,
+                "trialog.learner.approx_kl": last.approx_kl, "trialog.learner.grad_norm": last.grad_norm,
+            })  # fmt: skip
+            published = store_weights(self.store, merged_weights(self.model), origin=self.origin,
+                                      run_id=self.settings.run_id, version=version,
+                                      trajectories=len(episodes))  # fmt: skip
         keys = tuple(g.group_key for g in groups)
         decisions = self._apply(Trained(keys))
         self._checkpoint(published)
         self.published = self.unannounced = published
         self.announce_pending()
         self.activity.busy_s += time.monotonic() - started
-        self._report(groups, stats, counts)
+        self._report(groups, passes, counts)
         for decision in decisions:
             if isinstance(decision, Dropped):
                 log.info("dropped %d stale trajectories of %s", len(decision.episode_ids), decision.group_key)
@@ -270,10 +282,15 @@ class Learner:
         checkpoint.save(self.settings.checkpoint_dir, saved, self.codec)
         self._saved = self.state
 
-    def _report(self, groups: Sequence[ReadyGroup], stats: TrainStats, counts: SampleCounts) -> None:
+    def _report(
+        self, groups: Sequence[ReadyGroup], passes: Sequence[TrainStats], counts: SampleCounts
+    ) -> None:
         """One line of `STATS_FILE` per version: its groups (rewards and staleness per group), the step's
-        statistics and the counters after it."""
+        statistics (`train`: the last pass; `passes`: every one; `mismatch`: the first pass's log-prob
+        gap, measured before the step changed the weights) and the counters after it."""
         members = [m for g in groups for m in g.members]
+        stats, first = passes[-1], passes[0]
+        staleness = [self.state.version - 1 - m.trajectory.min_policy_version for m in members]
         line = {
             "version": self.state.version,
             "groups": [g.group_key for g in groups],
@@ -285,6 +302,9 @@ class Learner:
                 [self.state.version - 1 - m.trajectory.min_policy_version for m in g.members] for g in groups
             ],
             "train": asdict(stats),
+            "passes": [asdict(p) for p in passes],
+            "mismatch": {"mean": first.logprob_gap_mean, "max": first.logprob_gap_max},
+            "staleness_histogram": {str(k): staleness.count(k) for k in sorted(set(staleness))},
             "samples": asdict(counts),
             "counters": asdict(self.state.counters),
             "held": len(self.state.held),  # waiting for their grader's clearance

@@ -61,10 +61,21 @@ def token_logprobs(
 ) -> torch.Tensor:
     """log p(token t+1 | tokens <= t) for every position t: [B, L-1], at the sampling temperature (the
     distribution the rollout drew from, so that an on-policy ratio is exactly 1)."""
+    chosen, _entropy = token_logprobs_and_entropy(model, input_ids, attention_mask, temperature)
+    return chosen
+
+
+def token_logprobs_and_entropy(
+    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`token_logprobs` and, from the same forward pass, the entropy of each position's next-token
+    distribution at that temperature ([B, L-1], without a gradient: a statistic, not part of the loss)."""
     logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1, :]
     logprobs = torch.log_softmax(logits.float() / temperature, dim=-1)
     chosen: torch.Tensor = logprobs.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-    return chosen
+    with torch.no_grad():
+        entropy = -(logprobs.exp() * logprobs).sum(-1)
+    return chosen, entropy
 
 
 def learner_step(

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from learner.objective import ppo_clipped_loss
-from learner.step import Sample, collate, token_logprobs
+from learner.step import Sample, collate, token_logprobs_and_entropy
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +29,13 @@ class TrainSettings:
 
 @dataclass(frozen=True, slots=True)
 class TrainStats:
+    """One pass's statistics, over the step's response tokens (the policy's own) unless named otherwise.
+
+    The log-prob gap of the first pass, before this step changed the weights, is the training-inference
+    mismatch: the learner's log-prob of the very tokens the rollout sampled against the rollout's own
+    (for samples of the current version it would be 0 with identical numerics; stale samples add the
+    policy's change since)."""
+
     loss: float
     ratio_mean: float  # mean new/behaviour probability ratio over response tokens (1.0 on-policy)
     clip_fraction: float  # share of response tokens whose ratio lies outside [1 - eps, 1 + eps]
@@ -36,6 +43,16 @@ class TrainStats:
     samples: int
     tokens: int
     seconds: float
+    # the share of tokens whose clipped surrogate still passes a gradient (the unclipped side is the min)
+    pg_fraction: float = 1.0
+    approx_kl: float = 0.0  # KL(behaviour || new), k3 estimator: mean of (ratio - 1) - log(ratio)
+    entropy: float = 0.0  # mean entropy (nats) of the new policy's next-token distribution
+    logprob_gap_mean: float = 0.0  # mean |log p_new - log p_behaviour| per token
+    logprob_gap_max: float = 0.0
+    advantage_mean: float = 0.0  # over samples
+    advantage_std: float = 0.0
+    advantage_min: float = 0.0
+    advantage_max: float = 0.0
 
 
 def train_step(
@@ -51,12 +68,12 @@ def train_step(
     total_tokens = sum(len(s.response_ids) for s in samples)
     model.train()
     optimizer.zero_grad()
-    loss_sum = ratio_sum = clipped = 0.0
+    loss_sum = ratio_sum = clipped = passing = kl_sum = entropy_sum = gap_sum = gap_max = 0.0
     for first in range(0, len(samples), settings.micro_batch):
         chunk = samples[first : first + settings.micro_batch]
         batch = collate(chunk)
         mask = batch.response_mask.to(device)
-        new = token_logprobs(
+        new, entropy = token_logprobs_and_entropy(
             model, batch.input_ids.to(device), batch.attention_mask.to(device), settings.temperature
         )
         behaviour, advantages = batch.behaviour.to(device), batch.advantages.to(device)
@@ -64,23 +81,47 @@ def train_step(
         share = float(mask.sum().item()) / max(total_tokens, 1)
         torch.autograd.backward(loss * share)
         with torch.no_grad():
-            ratio = torch.exp(new - behaviour)
+            log_ratio = (new - behaviour) * mask
+            ratio = torch.exp(log_ratio)
             outside = (ratio - 1.0).abs() > settings.clip_eps
+            adv = advantages.unsqueeze(-1)
+            # clipped away: the ratio left the band on the side the advantage pushes it to
+            cut = ((adv > 0) & (ratio > 1.0 + settings.clip_eps)) | (
+                (adv < 0) & (ratio < 1.0 - settings.clip_eps)
+            )
             loss_sum += float(loss.item()) * share
             ratio_sum += float((ratio * mask).sum().item())
             clipped += float((outside.float() * mask).sum().item())
+            passing += float(((~cut).float() * mask).sum().item())
+            kl_sum += float((((ratio - 1.0) - log_ratio) * mask).sum().item())
+            entropy_sum += float((entropy * mask).sum().item())
+            gap = log_ratio.abs()
+            gap_sum += float(gap.sum().item())
+            gap_max = max(gap_max, float(gap.max().item()))
     parameters = [p for p in model.parameters() if p.requires_grad]
     grad_norm = torch.nn.utils.clip_grad_norm_(parameters, settings.max_grad_norm)
     optimizer.step()
     optimizer.zero_grad()
+    tokens = max(total_tokens, 1)
+    advantages_all = [s.advantage for s in samples]
+    mean_adv = sum(advantages_all) / len(advantages_all)
     return TrainStats(
         loss=loss_sum,
-        ratio_mean=ratio_sum / max(total_tokens, 1),
-        clip_fraction=clipped / max(total_tokens, 1),
+        ratio_mean=ratio_sum / tokens,
+        clip_fraction=clipped / tokens,
         grad_norm=float(grad_norm),
         samples=len(samples),
         tokens=total_tokens,
         seconds=time.monotonic() - started,
+        pg_fraction=passing / tokens,
+        approx_kl=kl_sum / tokens,
+        entropy=entropy_sum / tokens,
+        logprob_gap_mean=gap_sum / tokens,
+        logprob_gap_max=gap_max,
+        advantage_mean=mean_adv,
+        advantage_std=(sum((a - mean_adv) ** 2 for a in advantages_all) / len(advantages_all)) ** 0.5,
+        advantage_min=min(advantages_all),
+        advantage_max=max(advantages_all),
     )
 
 

@@ -45,6 +45,9 @@ LAST_ALERTS = 5  # shown by `run status`; `trialog alerts RUN` lists them all
 class RunStatus:
     run_id: str
     commanded: set[str] = field(default_factory=set)  # StartEpisode sent
+    # episode -> (task id, sampling seed), from its StartEpisode: what pairs an evaluation's episodes
+    # with another version's on the same samples
+    drawn: dict[str, tuple[str, int]] = field(default_factory=dict)
     started: set[str] = field(default_factory=set)  # EpisodeStarted logged
     completed: dict[str, tuple[float, str]] = field(default_factory=dict)  # episode -> (reward, verdict)
     failed: dict[str, str] = field(default_factory=dict)  # episode -> failure class
@@ -64,6 +67,7 @@ class RunStatus:
         if isinstance(value, StartEpisode):
             if value.run_id == self.run_id:
                 self.commanded.add(value.episode_id)
+                self.drawn.setdefault(value.episode_id, (value.task_id, value.seed))
             return
         if isinstance(value, Alert):
             if value.run_id == self.run_id:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import hashlib
-import math
 import os
 import statistics
 import tempfile
@@ -34,6 +33,7 @@ from actors.tasks.toy import Variant
 from ops.bench.report import cpu_model, memory_gib, write_section
 from ops.cli import kit
 from ops.console import say
+from ops.paired import Outcomes, Paired
 from ops.paths import REPO_ROOT, Paths
 
 SECTION = "## learning"
@@ -190,48 +190,7 @@ def _samples(policy: Any, requests: Sequence[Any]) -> list[Any]:
     return list(policy.sample_batch(list(requests)))
 
 
-@dataclass(frozen=True)
-class Evaluation:
-    outcomes: tuple[bool, ...]  # passed or not, per (task, seed), in a fixed order
-
-    @property
-    def passed(self) -> int:
-        return sum(self.outcomes)
-
-    @property
-    def total(self) -> int:
-        return len(self.outcomes)
-
-    @property
-    def rate(self) -> float:
-        return self.passed / self.total if self.total else 0.0
-
-    def __str__(self) -> str:
-        return f"{self.rate:.0%} ({self.passed}/{self.total})"
-
-
-@dataclass(frozen=True)
-class Paired:
-    """Before and after on the same (task, seed) pairs: how many changed each way, and the two-sided exact
-    sign test of those changes (the chance of a split at least this uneven if training changed nothing)."""
-
-    gained: int  # failed before, passed after
-    lost: int  # passed before, failed after
-    p_value: float
-
-    @classmethod
-    def of(cls, before: Evaluation, after: Evaluation) -> Paired:
-        if before.total != after.total:
-            raise ValueError("before and after must evaluate the same samples")
-        pairs = list(zip(before.outcomes, after.outcomes, strict=True))
-        gained = sum(not b and a for b, a in pairs)
-        lost = sum(b and not a for b, a in pairs)
-        changed = gained + lost
-        tail = sum(math.comb(changed, k) for k in range(min(gained, lost) + 1)) / 2**changed
-        return cls(gained, lost, min(1.0, 2 * tail) if changed else 1.0)
-
-
-def evaluate(policy: Any, grader: Grader, tasks: Sequence[Any], args: argparse.Namespace) -> Evaluation:
+def evaluate(policy: Any, grader: Grader, tasks: Sequence[Any], args: argparse.Namespace) -> Outcomes:
     """Passes on `tasks` with fixed seeds (the same before and after training), all in one batch."""
     requests = [
         _request(
@@ -244,7 +203,7 @@ def evaluate(policy: Any, grader: Grader, tasks: Sequence[Any], args: argparse.N
         grader.reward(tasks[row // args.eval_per_task], sample.action)[0] >= 1.0
         for row, sample in enumerate(_samples(policy, requests))
     ]
-    return Evaluation(tuple(outcomes))
+    return Outcomes(tuple(outcomes))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -348,8 +307,8 @@ def _targets(text: str) -> tuple[str, ...]:
 def render(
     args: argparse.Namespace,
     curve: Sequence[StepResult],
-    before: Evaluation,
-    after: Evaluation,
+    before: Outcomes,
+    after: Outcomes,
     seconds: float,
     heldout: Sequence[str] = (),
 ) -> str:

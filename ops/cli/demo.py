@@ -64,11 +64,22 @@ def register(subparsers: kit.Subparsers) -> None:
         "--eval-per-task",
         type=kit.positive_int,
         metavar="N",
-        default=3,
-        help="evaluation episodes per held-out task",
+        default=16,
+        help="evaluation episodes per held-out task (the same seeds for every version evaluated)",
     )
     demo.add_argument(
-        "--max-steps", type=kit.positive_int, metavar="N", default=3, help="actions per episode"
+        "--eval-versions",
+        type=kit.positive_int,
+        metavar="N",
+        default=3,
+        help="policy versions evaluated on the held-out tasks: v0, the last, and N-2 evenly between",
+    )
+    demo.add_argument(
+        "--max-steps",
+        type=kit.positive_int,
+        metavar="N",
+        default=1,
+        help="actions per episode (a toy task needs one: write the file)",
     )
     demo.add_argument(
         "--max-new-tokens", type=kit.positive_int, metavar="N", default=48, help="tokens per reply"
@@ -117,6 +128,7 @@ def settings_from_args(args: argparse.Namespace) -> DemoSettings:
         group_size=args.group_size,
         capacity=args.capacity,
         eval_per_task=args.eval_per_task,
+        eval_versions=args.eval_versions,
         max_steps=args.max_steps,
         max_new_tokens=args.max_new_tokens,
         lora_rank=args.lora_rank,
@@ -127,7 +139,7 @@ def settings_from_args(args: argparse.Namespace) -> DemoSettings:
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     from learner.model import prepare_model
-    from ops.demo.run import Stage, assemble_tasks, evaluate, train
+    from ops.demo.run import Stage, assemble_tasks, evaluate, train, versions_to_evaluate
     from ops.demo.summary import DemoSummary
     from ops.run_workers import validate_tasks
     from ops.stack.stack import StackConfig, up
@@ -152,6 +164,14 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     with _phase(f"training for {settings.minutes:g} min", timings):
         training = train(stage, f"{name}-train", tasks.train)
         say(f"   published versions {training.versions or 'none'}")
+    between = []
+    for version in versions_to_evaluate(training.versions, settings.eval_versions):
+        with _phase(f"evaluation of v{version} on the held-out tasks", timings):
+            between.append(
+                evaluate(stage, f"{name}-eval-v{version}", tasks.heldout, version=version,
+                         versions_run=training.run)
+            )  # fmt: skip
+            say(f"   {between[-1].line()}")
     last = training.versions[-1] if training.versions else 0
     with _phase(f"evaluation of v{last} on the held-out tasks", timings):
         after = evaluate(
@@ -161,8 +181,9 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         say(f"   {after.line()}")
     report = _report(training.run, folder / "report", say)
     summary = DemoSummary(
-        before, training, after, timings, report=str(report or ""), traces=config.jaeger.query_url
-    )
+        before, training, after, timings, report=str(report or ""), traces=config.jaeger.query_url,
+        between=tuple(between),
+    )  # fmt: skip
     (folder / "demo.json").write_text(json.dumps(summary.to_json(), indent=2) + "\n")
     _print_summary(summary, folder, as_json=args.json)
     return 0
@@ -192,6 +213,8 @@ def _print_summary(summary: object, folder: Path, *, as_json: bool) -> None:
           f"failed {t.failed_by_class or 0}); versions {t.versions or 'none'}; "
           f"{t.trajectories_trained} trajectories trained")  # fmt: skip
     print(f"before: {summary.before.line()}")
+    for middle in summary.between:
+        print(f"        {middle.line()}")
     print(f"after:  {summary.after.line()}")
     print(summary.verdict())
     print(f"summary: {folder / 'demo.json'}")

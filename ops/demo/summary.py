@@ -12,6 +12,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from actors.scheduler.status import RunStatus
+from ops.paired import Outcomes, Paired
+
+Sample = tuple[str, int]  # (task id, sampling seed): the same for every version an evaluation asks
+
+
+SIGNIFICANT = 0.05  # the p-value under which the verdict calls a change unlikely to be chance
 
 
 @dataclass(frozen=True)
@@ -24,6 +30,8 @@ class Evaluation:
     failed_by_class: dict[str, int]
     mean_reward: float  # over every episode asked for; a failed one counts 0
     seconds: float
+    # (task, seed, passed) of every episode drawn, sorted: what pairs two versions sample by sample
+    samples: tuple[tuple[str, int, bool], ...] = ()
 
     @property
     def pass_rate(self) -> float:
@@ -41,6 +49,10 @@ class Evaluation:
 def evaluation(status: RunStatus, *, policy_version: int, episodes: int, seconds: float) -> Evaluation:
     """The evaluation a finished run's status shows."""
     passed = sum(1 for _reward, verdict in status.completed.values() if verdict == "pass")
+    samples = sorted(
+        (task, seed, status.completed.get(episode, (0.0, ""))[1] == "pass")
+        for episode, (task, seed) in status.drawn.items()
+    )
     by_class: dict[str, int] = {}
     for failure in status.failed.values():
         by_class[failure] = by_class.get(failure, 0) + 1
@@ -54,6 +66,19 @@ def evaluation(status: RunStatus, *, policy_version: int, episodes: int, seconds
         failed_by_class=dict(sorted(by_class.items())),
         mean_reward=total_reward / episodes if episodes else 0.0,
         seconds=seconds,
+        samples=tuple(samples),
+    )
+
+
+def paired(before: Evaluation, after: Evaluation) -> Paired:
+    """Gains and losses of `after` against `before` on the samples either drew (a sample one of them did
+    not draw counts as a miss there, as an episode that failed does)."""
+    first = {(task, seed): passed for task, seed, passed in before.samples}
+    last = {(task, seed): passed for task, seed, passed in after.samples}
+    keys = sorted(first.keys() | last.keys())
+    return Paired.of(
+        Outcomes(tuple(first.get(key, False) for key in keys)),
+        Outcomes(tuple(last.get(key, False) for key in keys)),
     )
 
 
@@ -77,6 +102,12 @@ class DemoSummary:
     phases_s: dict[str, float] = field(default_factory=dict)
     report: str = ""
     traces: str = ""
+    between: tuple[Evaluation, ...] = ()  # versions evaluated between the first and the last, in order
+
+    @property
+    def curve(self) -> list[Evaluation]:
+        """Every evaluation by policy version: the held-out pass rate's curve."""
+        return [self.before, *self.between, self.after]
 
     def verdict(self) -> str:
         """One honest sentence: did the held-out pass rate change between the first and last version?"""
@@ -93,15 +124,29 @@ class DemoSummary:
             if last.passed < first.passed
             else "did not change"
         )
+        pairs = paired(first, last)
+        chance = "unlikely" if pairs.p_value < SIGNIFICANT else "not unlikely"
         return (
-            f"held-out pass rate {change}: {first.passed}/{first.episodes} with v{first.policy_version}, "
-            f"{last.passed}/{last.episodes} with v{last.policy_version} (same tasks, same seeds; "
-            f"{last.episodes} episodes each, so a difference of one or two episodes is within noise)"
+            f"held-out pass rate {change}: {first.passed}/{first.episodes} ({first.pass_rate:.0%}) with "
+            f"v{first.policy_version}, {last.passed}/{last.episodes} ({last.pass_rate:.0%}) with "
+            f"v{last.policy_version}; on the same (task, seed) samples {pairs.line()}: a split this uneven "
+            f"is {chance} to be chance"
         )
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
-        data["before"]["pass_rate"] = self.before.pass_rate
-        data["after"]["pass_rate"] = self.after.pass_rate
+        for name, result in (("before", self.before), ("after", self.after)):
+            data[name]["pass_rate"] = result.pass_rate
+            del data[name]["samples"]  # long; the pairs are summed up under "paired"
+        data["between"] = [
+            {k: v for k, v in asdict(e).items() if k != "samples"} | {"pass_rate": e.pass_rate}
+            for e in self.between
+        ]
+        data["curve"] = [
+            {"policy_version": e.policy_version, "passed": e.passed, "episodes": e.episodes}
+            for e in self.curve
+        ]
+        pairs = paired(self.before, self.after)
+        data["paired"] = {"gained": pairs.gained, "lost": pairs.lost, "p_value": pairs.p_value}
         data["verdict"] = self.verdict()
         return data

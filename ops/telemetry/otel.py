@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -119,6 +119,21 @@ class OtelTracer:
             )
         span.end(end_time=max(start_us, end_us) * 1000)
 
+    @contextlib.contextmanager
+    def linked(
+        self, name: str, ref: SpanRef, attributes: Attributes, links: Sequence[SpanRef]
+    ) -> Iterator[_SpanHandle]:
+        with self._ids.fixed(ref):
+            span = self._tracer.start_span(
+                name,
+                context=otel_context.Context(),  # no parent: the ids come from the generator
+                kind=SpanKind.INTERNAL,
+                attributes=dict(attributes),
+                links=[trace.Link(_span_context(link)) for link in links],
+            )
+        with trace.use_span(span, end_on_exit=True, record_exception=True, set_status_on_exception=True):
+            yield _SpanHandle(span)
+
     def flush(self, timeout_ms: int = 10_000) -> bool:
         return self.provider.force_flush(timeout_ms)
 
@@ -126,10 +141,13 @@ class OtelTracer:
         self.provider.shutdown()
 
 
+def _span_context(ref: SpanRef) -> SpanContext:
+    flags = TraceFlags(TraceFlags.SAMPLED if ref.sampled else TraceFlags.DEFAULT)
+    return SpanContext(ref.trace_id, ref.span_id, is_remote=True, trace_flags=flags)
+
+
 def _context_of(parent: SpanRef) -> otel_context.Context:
-    flags = TraceFlags(TraceFlags.SAMPLED if parent.sampled else TraceFlags.DEFAULT)
-    remote = SpanContext(parent.trace_id, parent.span_id, is_remote=True, trace_flags=flags)
-    return trace.set_span_in_context(NonRecordingSpan(remote), otel_context.Context())
+    return trace.set_span_in_context(NonRecordingSpan(_span_context(parent)), otel_context.Context())
 
 
 def _grpc_target(endpoint: str) -> tuple[str, bool]:

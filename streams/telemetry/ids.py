@@ -23,6 +23,13 @@ def _digest(episode_id: str) -> bytes:
     return hashlib.sha256(f"trialog-episode:{episode_id}".encode()).digest()
 
 
+def version_step_ref(run_id: str, version: int) -> SpanRef:
+    """The span of the learner step that made `version` of `run_id`'s policy: a trace of its own whose
+    ids anyone can derive (a report links a version to its trace without asking Jaeger)."""
+    digest = hashlib.sha256(f"trialog-policy-version:{run_id}:{version}".encode()).digest()
+    return SpanRef(int.from_bytes(digest[:16], "big") or 1, int.from_bytes(digest[16:24], "big") or 1)
+
+
 def episode_trace_id(episode_id: str) -> int:
     """The 128-bit trace id of an episode (never 0, which W3C reserves for 'invalid')."""
     return int.from_bytes(_digest(episode_id)[:16], "big") or 1

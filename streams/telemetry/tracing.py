@@ -29,13 +29,26 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
 from schemas import topics
 from streams.telemetry import metrics as _metrics
-from streams.telemetry.attributes import Attributes, AttributeValue, kafka_attributes, record_attributes
-from streams.telemetry.ids import TRACEPARENT, Headers, SpanRef, traceparent_from_headers
+from streams.telemetry.attributes import (
+    POLICY_VERSION,
+    RUN,
+    Attributes,
+    AttributeValue,
+    kafka_attributes,
+    record_attributes,
+)
+from streams.telemetry.ids import (
+    TRACEPARENT,
+    Headers,
+    SpanRef,
+    traceparent_from_headers,
+    version_step_ref,
+)
 
 # The span of handling a request, by the request topic's base name (the loops are shared by workers).
 SPAN_NAMES = {
@@ -43,6 +56,9 @@ SPAN_NAMES = {
     topics.SANDBOX_REQUESTS.name: "sandbox.exec",
     topics.VERIFY_REQUESTS.name: "verify",
 }
+
+
+LEARNER_STEP = "learner.step"
 
 
 def span_name(requests_topic: str) -> str:
@@ -81,6 +97,13 @@ class Tracer(Protocol):
 
     def episode_span(self, episode_id: str, start_us: int, end_us: int, attributes: Attributes) -> None:
         """Emit the episode's root span (its ids derived from the episode id) with the given times."""
+        ...
+
+    def linked(
+        self, name: str, ref: SpanRef, attributes: Attributes, links: Sequence[SpanRef]
+    ) -> contextlib.AbstractContextManager[Span]:
+        """A span made current for the block, the root of a trace of its own with the ids of `ref`,
+        linked to the spans `links` (work that joins many episodes: the learner step they trained)."""
         ...
 
     def shutdown(self) -> None:
@@ -130,6 +153,11 @@ class NoopTracer:
 
     def episode_span(self, episode_id: str, start_us: int, end_us: int, attributes: Attributes) -> None:
         pass
+
+    def linked(
+        self, name: str, ref: SpanRef, attributes: Attributes, links: Sequence[SpanRef]
+    ) -> contextlib.AbstractContextManager[Span]:
+        return NULL_SCOPE
 
     def shutdown(self) -> None:
         pass
@@ -222,6 +250,24 @@ def episode_span(episode_id: str, start_us: int, end_us: int, attributes: Attrib
     active = _installed
     if active.enabled:
         active.episode_span(episode_id, start_us, end_us, attributes or {})
+
+
+def learner_step_span(
+    run_id: str, version: int, episode_ids: Sequence[str], attributes: Attributes | None = None
+) -> contextlib.AbstractContextManager[Span]:
+    """The span of the training step that makes `version`: a trace of its own (ids from the run and the
+    version, `ids.version_step_ref`) linked to the root span of every episode it trains on, so one click
+    goes from a policy version to the episodes behind it. Timed like `consumed_span`."""
+    active = _installed
+    timed = _metrics.metrics().enabled
+    if not active.enabled and not timed:
+        return NULL_SCOPE
+    scope: contextlib.AbstractContextManager[Span] = NULL_SCOPE
+    if active.enabled:
+        merged: dict[str, AttributeValue] = {RUN: run_id, POLICY_VERSION: version, **(attributes or {})}
+        links = [SpanRef.episode_root(episode) for episode in episode_ids]
+        scope = active.linked(LEARNER_STEP, version_step_ref(run_id, version), merged, links)
+    return _Timed(LEARNER_STEP, scope) if timed else scope
 
 
 class _Timed:

@@ -83,6 +83,8 @@ def test_the_status_counts_each_episode_once_by_outcome() -> None:
     assert "alerts" not in status.line()
     assert status.guard_lines() == []  # no control log read: nothing to say
     assert RunStatus("empty").to_json()["mean_reward"] is None
+    # each of this run's episodes is known by its sample, (task, seed); another run's is not
+    assert status.drawn == {e: ("task-1", 1) for e in ("e1", "e2", "e3", "e4")}
 
 
 def test_the_status_says_what_the_control_log_says() -> None:

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import math
+
 import torch
 
 from learner.lora import Adaptation, adapt, trainable_parameters
@@ -59,3 +61,28 @@ def test_micro_batches_accumulate_the_same_gradient_as_one_batch() -> None:
         grads.append(captured)
     assert len(grads[0]) == len(grads[1]) > 0
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(grads[0], grads[1], strict=True))
+
+
+def test_the_step_reports_kl_entropy_mismatch_and_advantages_an_rl_engineer_reads() -> None:
+    model = tiny_llama()
+    adapt(model, Adaptation(rank=4))
+    optimizer = torch.optim.AdamW(trainable_parameters(model), lr=5e-2)
+    exact = [on_policy(model, REWARDED, 1.0), on_policy(model, PUNISHED, -1.0)]
+    first = train_step(model, optimizer, exact, TrainSettings(micro_batch=1))
+    # on-policy: the learner's log-probs of the sampled tokens are the rollout's own
+    assert first.logprob_gap_max < 1e-4 and first.approx_kl < 1e-6
+    assert first.pg_fraction == 1.0
+    assert 0.0 < first.entropy <= math.log(320) + 1e-4  # at most log(vocabulary size)
+    assert (first.advantage_mean, first.advantage_min, first.advantage_max) == (0.0, -1.0, 1.0)
+    assert first.advantage_std == 1.0
+    # the same samples again: the weights moved, so the recorded log-probs are now off-policy
+    shifted = [
+        Sample(s.prompt_ids, s.response_ids, tuple(lp - 0.5 for lp in s.behaviour_logprobs), s.advantage)
+        for s in exact
+    ]
+    second = train_step(model, optimizer, shifted, TrainSettings(micro_batch=4))
+    assert second.logprob_gap_mean > 0.1 and second.logprob_gap_max >= second.logprob_gap_mean
+    assert second.approx_kl > 0.0
+    # the ratios rose ~e^0.5 = 1.65 above the band: the rewarded tokens lose their gradient, the
+    # punished ones (advantage < 0, ratio > 1 + eps) keep it
+    assert second.clip_fraction > 0.5 and 0.0 < second.pg_fraction < 1.0

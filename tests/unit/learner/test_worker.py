@@ -25,7 +25,13 @@ from schemas.codec import default_codec
 from schemas.origin import FixedClock
 from schemas.publications import PolicyPublished
 from streams.telemetry import tracing
-from streams.telemetry.ids import TRACEPARENT, SpanRef, episode_root_span_id, episode_trace_id
+from streams.telemetry.ids import (
+    TRACEPARENT,
+    SpanRef,
+    episode_root_span_id,
+    episode_trace_id,
+    version_step_ref,
+)
 from tests.unit.actors.requests import fixed_origin
 
 TOPIC = "run-test.trajectories.completed"
@@ -91,6 +97,13 @@ def test_a_ready_group_is_trained_stored_checkpointed_and_announced(tmp_path: Pa
     report = json.loads(line)
     assert report["version"] == 1 and report["trajectories"] == 2
     assert report["counters"]["trained"] == 2
+    # what an RL engineer reads per step: every pass, the mismatch before the step, staleness
+    assert report["passes"] == [report["train"]]
+    assert report["mismatch"]["max"] >= report["mismatch"]["mean"] >= 0.0
+    assert report["staleness_histogram"] == {"0": 2}
+    assert {"approx_kl", "entropy", "pg_fraction", "clip_fraction", "grad_norm", "advantage_std"} <= set(
+        report["train"]
+    )
 
 
 def test_a_backlog_of_ready_groups_is_trained_in_steps_of_up_to_groups_per_step(tmp_path: Path) -> None:
@@ -228,6 +241,29 @@ def test_without_a_header_the_learner_span_hangs_under_the_episodes_root(tmp_pat
     assert span.parent is not None and span.parent.span_id == episode_root_span_id(episode)
     assert span.get_span_context() is not None
     assert span.get_span_context().trace_id == episode_trace_id(episode)
+
+
+def test_a_training_step_is_a_span_of_its_own_linked_to_every_episode_it_trained_on(
+    tmp_path: Path,
+) -> None:
+    exporter = InMemorySpanExporter()
+    tracer = OtelTracer("trialog-learner", SimpleSpanProcessor(exporter))
+    learner = make_learner(tmp_path, MemoryAnnouncer(), MemoryObjectStore())
+    with tracing.installed(tracer):
+        feed(learner, "g1", [1.0, 0.0], 0)
+    tracer.shutdown()
+    [step] = [span for span in exporter.get_finished_spans() if span.name == "learner.step"]
+    trained = json.loads((tmp_path / STATS_FILE).read_text().splitlines()[0])["episodes"]
+    assert len(trained) == 2
+    context = step.get_span_context()
+    assert context is not None and step.parent is None  # a trace of its own ...
+    ref = version_step_ref("run-test", 1)  # ... with ids anyone can derive from the run and the version
+    assert (context.trace_id, context.span_id) == (ref.trace_id, ref.span_id)
+    linked = {(link.context.trace_id, link.context.span_id) for link in step.links}
+    assert linked == {(episode_trace_id(e), episode_root_span_id(e)) for e in trained}
+    attributes = dict(step.attributes or {})
+    assert attributes["trialog.policy_version"] == 1 and attributes["trialog.run"] == "run-test"
+    assert attributes["trialog.learner.trajectories"] == 2 and "trialog.learner.loss" in attributes
 
 
 def test_progress_without_a_step_is_checkpointed_and_not_read_again_after_a_restart(tmp_path: Path) -> None:

@@ -13,8 +13,6 @@ from learner.step import Sample, collate, token_logprobs
 from learner.testing import tiny_llama
 from learner.trainer import TrainSettings, train_epochs
 from ops.bench.learning import (
-    Evaluation,
-    Paired,
     StepResult,
     _targets,
     add_arguments,
@@ -23,6 +21,7 @@ from ops.bench.learning import (
     render,
     step_tasks,
 )
+from ops.paired import Outcomes
 
 PROMPT = (1, 70, 71, 72)
 
@@ -131,18 +130,6 @@ def test_evaluation_samples_every_task_in_one_batch_with_fixed_seeds() -> None:
     assert [r.meta.episode_id for r in again.batches[0]] == [r.meta.episode_id for r in batch]
 
 
-def test_the_paired_comparison_counts_changes_each_way_with_an_exact_sign_test() -> None:
-    before = Evaluation((True, True, False, False, False, False, False, False, False, False))
-    after = Evaluation((True, False, True, True, True, True, True, True, True, True))
-    paired = Paired.of(before, after)
-    assert (paired.gained, paired.lost) == (8, 1)
-    assert paired.p_value == pytest.approx(2 * 10 / 512)  # P(at most 1 of 9 changes one way), both tails
-    assert Paired.of(before, before).p_value == 1.0
-    assert Paired.of(Evaluation((False,)), Evaluation((True,))).p_value == 1.0  # one change proves nothing
-    with pytest.raises(ValueError, match="same samples"):
-        Paired.of(before, Evaluation((True,)))
-
-
 def test_lora_targets_are_a_comma_separated_list() -> None:
     assert _targets("q_proj, v_proj,,o_proj") == ("q_proj", "v_proj", "o_proj")
     assert args().lora_targets == "q_proj,k_proj,v_proj,o_proj"
@@ -158,8 +145,8 @@ def test_the_section_shows_the_settings_the_curve_and_the_reading(tmp_path: Path
         StepResult(0, ("toys-000", "toys-001"), (1.0, -0.2, -0.2, -0.2), 1, 3, 1, 12.0),
         StepResult(1, ("toys-002", "toys-004"), (1.0, 1.0, 1.0, -0.2), 3, 4, 2, 14.0),
     ]
-    before = Evaluation((True,) * 3 + (False,) * 13)
-    after = Evaluation((True, False, True) + (True,) * 7 + (False,) * 6)
+    before = Outcomes((True,) * 3 + (False,) * 13)
+    after = Outcomes((True, False, True) + (True,) * 7 + (False,) * 6)
     text = render(options, curve, before, after, 120.0, ["toys-003"])
     assert text.startswith("## learning\n")
     assert "--variant shown --steps 2 --tasks-per-step 2" in text and "--epochs 3" in text
