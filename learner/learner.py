@@ -30,6 +30,7 @@ from kafka.errors import KafkaError
 
 from actors.guard import control as run_control
 from learner import checkpoint
+from learner.defaults import STATS_FILE
 from learner.lora import Adaptation, adapt, load_trainable_state, merged_weights, trainable_parameters
 from learner.lora import trainable_state as current_trainable_state
 from learner.publish import Announcer, announce_once, store_weights
@@ -59,7 +60,6 @@ from streams.telemetry import metrics, tracing
 from streams.telemetry.ids import Headers
 
 log = logging.getLogger(__name__)
-STATS_FILE = "stats.jsonl"
 
 
 @dataclass(frozen=True)

@@ -66,16 +66,67 @@ def token_logprobs(
 
 
 def token_logprobs_and_entropy(
-    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    temperature: float = 1.0,
+    *,
+    start: int = 0,
+    shared: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`token_logprobs` and, from the same forward pass, the entropy of each position's next-token
-    distribution at that temperature ([B, L-1], without a gradient: a statistic, not part of the loss)."""
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1, :]
+    distribution at that temperature (without a gradient: a statistic, not part of the loss), for the
+    positions from `start` on: both [B, L-1-start].
+
+    `start` skips positions nobody trains on (the prompt's: a turn's first response token is predicted at
+    the prompt's last position), so the vocabulary projection and softmax, a tenth of the forward pass and
+    most of its activation memory on SmolLM2, run only where the loss looks.
+
+    `shared` > 0 says the first `shared` tokens are the same in every row (the turns of one group share
+    their prompt): they run once, with batch 1, and every row attends to that one key/value cache, whose
+    gradient is the sum of the rows' (the same gradient as running each row whole, computed once)."""
+    if not 0 <= shared <= start < input_ids.shape[1]:
+        raise ValueError(f"need 0 <= shared ({shared}) <= start ({start}) < length ({input_ids.shape[1]})")
+    length = input_ids.shape[1]
+    if shared:
+        rows = input_ids.shape[0]
+        prefix = model(input_ids=input_ids[:1, :shared], use_cache=True, logits_to_keep=1)
+        past = prefix.past_key_values
+        past.reorder_cache(torch.zeros(rows, dtype=torch.long, device=input_ids.device))
+        suffix = length - shared
+        positions = torch.arange(shared, length, device=input_ids.device).expand(rows, suffix)
+        logits = model(
+            input_ids=input_ids[:, shared:], attention_mask=attention_mask, position_ids=positions,
+            past_key_values=past, use_cache=True, logits_to_keep=length - start,
+        ).logits[:, :-1, :]  # fmt: skip
+    else:
+        logits = model(
+            input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=length - start
+        ).logits[:, :-1, :]
     logprobs = torch.log_softmax(logits.float() / temperature, dim=-1)
-    chosen: torch.Tensor = logprobs.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    chosen: torch.Tensor = logprobs.gather(-1, input_ids[:, start + 1 :].unsqueeze(-1)).squeeze(-1)
     with torch.no_grad():
         entropy = -(logprobs.exp() * logprobs).sum(-1)
     return chosen, entropy
+
+
+def first_response(samples: Sequence[Sample]) -> int:
+    """The first position whose next token is a response token in some sample: where the loss begins."""
+    return min(len(s.prompt_ids) for s in samples) - 1
+
+
+def shared_prefix(samples: Sequence[Sample], limit: int) -> int:
+    """How many leading tokens every sample's prompt has in common, at most `limit`."""
+    first = samples[0].prompt_ids
+    common = min(limit, *(len(s.prompt_ids) for s in samples))
+    for sample in samples[1:]:
+        same = 0
+        for a, b in zip(first[:common], sample.prompt_ids[:common], strict=True):
+            if a != b:
+                break
+            same += 1
+        common = same
+    return common
 
 
 def learner_step(

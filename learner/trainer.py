@@ -16,12 +16,17 @@ from typing import Any
 import torch
 
 from learner.objective import ppo_clipped_loss
-from learner.step import Sample, collate, token_logprobs_and_entropy
+from learner.step import Sample, collate, first_response, shared_prefix, token_logprobs_and_entropy
+
+# Below this many shared prompt tokens, running the prefix apart costs more than it saves.
+MIN_SHARED_PREFIX = 16
 
 
 @dataclass(frozen=True, slots=True)
 class TrainSettings:
-    micro_batch: int = 4  # samples per forward pass
+    # Samples per forward pass. A group's turns share their prompt, which each pass runs once
+    # (`shared_prefix`), so a whole group of 8 costs little more memory than 4 would.
+    micro_batch: int = 8
     clip_eps: float = 0.2
     temperature: float = 1.0  # the rollout's sampling temperature (log-probs are taken at it)
     max_grad_norm: float = 1.0
@@ -69,14 +74,18 @@ def train_step(
     model.train()
     optimizer.zero_grad()
     loss_sum = ratio_sum = clipped = passing = kl_sum = entropy_sum = gap_sum = gap_max = 0.0
-    for first in range(0, len(samples), settings.micro_batch):
-        chunk = samples[first : first + settings.micro_batch]
+    for chunk in micro_batches(samples, settings.micro_batch):
         batch = collate(chunk)
-        mask = batch.response_mask.to(device)
+        start = first_response(chunk)
+        shared = shared_prefix(chunk, start) if len(chunk) > 1 else 0
+        shared = shared if shared >= MIN_SHARED_PREFIX else 0
         new, entropy = token_logprobs_and_entropy(
-            model, batch.input_ids.to(device), batch.attention_mask.to(device), settings.temperature
-        )
-        behaviour, advantages = batch.behaviour.to(device), batch.advantages.to(device)
+            model, batch.input_ids.to(device), batch.attention_mask.to(device), settings.temperature,
+            start=start, shared=shared,
+        )  # fmt: skip
+        mask = batch.response_mask[:, start:].to(device)
+        behaviour = batch.behaviour[:, start:].to(device)
+        advantages = batch.advantages.to(device)
         loss = ppo_clipped_loss(new, behaviour, advantages, mask, settings.clip_eps)
         share = float(mask.sum().item()) / max(total_tokens, 1)
         torch.autograd.backward(loss * share)
@@ -123,6 +132,20 @@ def train_step(
         advantage_min=min(advantages_all),
         advantage_max=max(advantages_all),
     )
+
+
+def micro_batches(samples: Sequence[Sample], size: int) -> list[list[Sample]]:
+    """`samples` in forward passes of at most `size`: the turns of one prompt together (a group's first
+    turns share it, and a pass runs a shared prompt once), the turns whose prompt no other turn has pooled.
+    The order does not change the gradient: each pass's loss is weighted by its share of the tokens."""
+    by_prompt: dict[tuple[int, ...], list[Sample]] = {}
+    for sample in samples:
+        by_prompt.setdefault(sample.prompt_ids, []).append(sample)
+    alone = [turns[0] for turns in by_prompt.values() if len(turns) == 1]
+    together = [turns for turns in by_prompt.values() if len(turns) > 1]
+    return [
+        turns[first : first + size] for turns in [*together, alone] for first in range(0, len(turns), size)
+    ]
 
 
 def train_epochs(

@@ -9,6 +9,10 @@ Every row has its own seed and its own `torch.Generator`, and the decoding loop 
 padding with matching position ids): a row's draws come only from its own generator, so a request gets the
 same tokens alone or batched with any others (up to float rounding of the batched matmuls), and a
 redelivered request is answered alike. The global torch RNG is never touched.
+
+The prompts' common prefix (the scaffold's instructions; the whole prompt but its last token when a batch
+is one task's group) is run once with batch 1, and every row decodes on a copy of that key/value cache:
+a group of 8 then pays one prompt's prefill, not eight.
 """
 
 from __future__ import annotations
@@ -22,12 +26,17 @@ from actors.rollout.generation import Generation
 
 __all__ = ["Generation", "TorchBackend"]
 
+# Below this many common prompt tokens a separate prefix pass costs more than it saves.
+MIN_SHARED_PREFIX = 16
+
 
 class TorchBackend:
     def __init__(self, model: Any, eos_token_id: int, pad_token_id: int | None = None) -> None:
         self.model = model
         self.eos = eos_token_id
         self.pad = eos_token_id if pad_token_id is None else pad_token_id
+        self.prefill_tokens = 0  # prompt tokens run through the model (a shared prefix counts once)
+        self.sampled_tokens = 0
 
     @property
     def device(self) -> torch.device:
@@ -47,13 +56,31 @@ class TorchBackend:
         row_seeds = [seed] * len(prompts) if seeds is None else list(seeds)
         if len(row_seeds) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(row_seeds)} seeds")
-        input_ids, attention = self._left_pad(prompts)
+        shared = common_prefix(prompts) if len(prompts) > 1 else 0
+        shared = shared if shared >= MIN_SHARED_PREFIX else 0
         generators = [self._generator(s) for s in row_seeds]
         with torch.no_grad():
+            past, input_ids, attention = self._prefill_shared(prompts, shared)
             tokens, logprobs = self._decode(
-                input_ids, attention, generators, max_new_tokens, temperature, top_p
+                input_ids, attention, past, shared, generators, max_new_tokens, temperature, top_p
             )
+        self.sampled_tokens += sum(len(row) for row in tokens)
         return [self._trim(tokens[row], logprobs[row]) for row in range(len(prompts))]
+
+    def _prefill_shared(
+        self, prompts: Sequence[Sequence[int]], shared: int
+    ) -> tuple[Any, torch.Tensor, torch.Tensor]:
+        """The key/value cache of the first `shared` tokens (run once, copied to every row; None when
+        nothing is shared), the rows' remaining tokens left-padded, and the attention mask over both."""
+        suffixes, attention = self._left_pad([p[shared:] for p in prompts])
+        self.prefill_tokens += shared + int(attention.sum())
+        if not shared:
+            return None, suffixes, attention
+        prefix = torch.tensor([list(prompts[0][:shared])], dtype=torch.long, device=self.device)
+        past = self.model(input_ids=prefix, use_cache=True, logits_to_keep=1).past_key_values
+        past.reorder_cache(torch.zeros(len(prompts), dtype=torch.long, device=self.device))
+        ones = attention.new_ones((len(prompts), shared))
+        return past, suffixes, torch.cat([ones, attention], dim=-1)
 
     def _generator(self, seed: int) -> torch.Generator:
         generator = torch.Generator(device=self.device)
@@ -64,17 +91,20 @@ class TorchBackend:
         self,
         input_ids: torch.Tensor,
         attention: torch.Tensor,
+        past: Any,
+        shared: int,
         generators: list[torch.Generator],
         max_new_tokens: int,
         temperature: float,
         top_p: float,
     ) -> tuple[list[list[int]], list[list[float]]]:
+        """Sampling from `input_ids` on, after the `shared` tokens already in `past` (`attention` covers
+        both): a row's positions count only its own tokens, so left padding moves nothing."""
         rows = input_ids.shape[0]
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, shared:]
         tokens: list[list[int]] = [[] for _ in range(rows)]
         logprobs: list[list[float]] = [[] for _ in range(rows)]
         done = [False] * rows
-        past: Any = None
         step_ids, step_positions = input_ids, positions
         for _ in range(max_new_tokens):
             out = self.model(
@@ -134,6 +164,18 @@ class TorchBackend:
         # The end-of-sequence token is kept: it is the policy's own action too (ending its turn).
         reason = "stop" if tokens and tokens[-1] == self.eos else "length"
         return Generation(tuple(tokens), tuple(logprobs), reason)
+
+
+def common_prefix(prompts: Sequence[Sequence[int]]) -> int:
+    """How many leading tokens all `prompts` share, leaving every prompt at least its last token (the
+    position the first reply token is sampled at must run in the row's own pass)."""
+    limit = min(len(p) for p in prompts) - 1
+    first = prompts[0]
+    for index in range(max(limit, 0)):
+        token = first[index]
+        if any(p[index] != token for p in prompts[1:]):
+            return index
+    return max(limit, 0)
 
 
 def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:

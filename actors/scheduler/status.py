@@ -58,6 +58,9 @@ class RunStatus:
     # rule may come after the trajectories it names).
     graded: dict[str, TrajectoryCompleted] = field(default_factory=dict)
     alerts: dict[str, Alert] = field(default_factory=dict)  # alert id -> alert, in the order written
+    # The policy's response tokens in the completed trajectories (each counted once): what generation
+    # throughput is measured by.
+    sampled_tokens: int = 0
 
     def observe(self, value: object) -> None:
         """Fold one decoded record; records of other runs and other types are ignored."""
@@ -86,7 +89,9 @@ class RunStatus:
         elif isinstance(value, TrajectoryCompleted):
             self.published_completed.add(episode)
             self.completed.setdefault(episode, (value.reward, value.verdict.value))
-            self.graded.setdefault(episode, dataclasses.replace(value, steps=()))
+            if episode not in self.graded:
+                self.sampled_tokens += sum(len(step.action.token_ids) for step in value.steps)
+                self.graded[episode] = dataclasses.replace(value, steps=())
         elif isinstance(value, TrajectoryFailed):
             self.published_failed.add(episode)
             self.failed.setdefault(episode, value.failure.value)
@@ -146,6 +151,7 @@ class RunStatus:
             "in_flight": len(self.in_flight),
             "mean_reward": self.mean_reward,
             "verdicts": dict(sorted(verdicts.items())),
+            "sampled_tokens": self.sampled_tokens,
             "trajectories": {
                 "completed": len(self.published_completed),
                 "failed": len(self.published_failed),

@@ -183,7 +183,7 @@ def _stop_when_trained(learner: object, expected: int, stopping: threading.Event
 def _stats(folder: Path) -> list[dict[str, Any]]:
     import json
 
-    from learner.learner import STATS_FILE
+    from learner.defaults import STATS_FILE
 
     path = folder / STATS_FILE
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []

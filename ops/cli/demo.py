@@ -8,6 +8,7 @@ writes everything it measured to `demo.json` in the demo's folder (`$TRIALOG_HOM
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import subprocess
 import sys
@@ -42,7 +43,11 @@ def register(subparsers: kit.Subparsers) -> None:
         ),
     )
     demo.add_argument(
-        "--minutes", type=kit.positive_float, metavar="N", default=10.0, help="training time budget"
+        "--minutes",
+        type=kit.positive_float,
+        metavar="N",
+        default=18.0,
+        help="training time budget (with set-up and three evaluations, about 25 minutes in all on 2 cores)",
     )
     demo.add_argument(
         "--toy-count", type=kit.positive_int, metavar="N", default=16, help="toy tasks, a quarter held out"
@@ -59,6 +64,13 @@ def register(subparsers: kit.Subparsers) -> None:
     )
     demo.add_argument(
         "--capacity", type=kit.positive_int, metavar="N", default=8, help="episodes in flight at once"
+    )
+    demo.add_argument(
+        "--eval-capacity",
+        type=kit.positive_int,
+        metavar="N",
+        default=16,
+        help="evaluation episodes in flight at once (no learner competes then: bigger rollout batches)",
     )
     demo.add_argument(
         "--eval-per-task",
@@ -127,6 +139,7 @@ def settings_from_args(args: argparse.Namespace) -> DemoSettings:
         toy_variant=args.toy_variant,
         group_size=args.group_size,
         capacity=args.capacity,
+        eval_capacity=args.eval_capacity,
         eval_per_task=args.eval_per_task,
         eval_versions=args.eval_versions,
         max_steps=args.max_steps,
@@ -164,6 +177,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     with _phase(f"training for {settings.minutes:g} min", timings):
         training = train(stage, f"{name}-train", tasks.train)
         say(f"   published versions {training.versions or 'none'}")
+        for line in training.lines():
+            say(f"   {line}")
     between = []
     for version in versions_to_evaluate(training.versions, settings.eval_versions):
         with _phase(f"evaluation of v{version} on the held-out tasks", timings):
@@ -179,21 +194,24 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             versions_run=training.run if last else None,
         )  # fmt: skip
         say(f"   {after.line()}")
-    report = _report(training.run, folder / "report", say)
     summary = DemoSummary(
-        before, training, after, timings, report=str(report or ""), traces=config.jaeger.query_url,
-        between=tuple(between),
-    )  # fmt: skip
+        before, training, after, timings, traces=config.jaeger.query_url, between=tuple(between)
+    )
+    # The summary first: the report charts its held-out curve.
+    (folder / "demo.json").write_text(json.dumps(summary.to_json(), indent=2) + "\n")
+    report = _report(training.run, folder / "report", folder / "demo.json", say)
+    summary = dataclasses.replace(summary, report=str(report or ""))
     (folder / "demo.json").write_text(json.dumps(summary.to_json(), indent=2) + "\n")
     _print_summary(summary, folder, as_json=args.json)
     return 0
 
 
-def _report(run: str, out: Path, say: Callable[[str], None]) -> Path | None:
-    """The training run's report page (`trialog report`), or None when it could not be written."""
+def _report(run: str, out: Path, heldout: Path, say: Callable[[str], None]) -> Path | None:
+    """The training run's report page (`trialog report`, with the held-out curve of `heldout`), or None
+    when it could not be written."""
     from ops.cli.report import PAGE
 
-    argv = [sys.executable, "-m", "ops.cli", "report", run, "--out", str(out)]
+    argv = [sys.executable, "-m", "ops.cli", "report", run, "--out", str(out), "--heldout", str(heldout)]
     done = subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         say(f"the run report could not be written ({done.stderr.strip()[-300:]})")

@@ -10,6 +10,8 @@ every worker is stopped and the last published version is evaluated.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import sys
 import threading
 import time
@@ -20,6 +22,7 @@ from pathlib import Path
 from actors.scheduler.core import Target
 from actors.scheduler.status import RunStatus, read_status
 from actors.scheduler.worker import SchedulerProcess, SchedulerSettings
+from learner.defaults import STATS_FILE
 from ops import console
 from ops.demo.summary import Evaluation, Training, evaluation
 from ops.paths import Paths
@@ -35,12 +38,15 @@ TRAINING_EPISODES = 100_000  # the scheduler never runs out during the time budg
 @dataclass(frozen=True)
 class DemoSettings:
     name: str
-    minutes: float = 10.0
+    minutes: float = 18.0
     toy_count: int = 16
     toy_variant: str = "blind"  # actors.tasks.toy.Variant
     holdout_every: int = 4
     group_size: int = 8
     capacity: int = 8
+    # Episodes in flight in an evaluation, where no learner competes for the cores: bigger rollout batches
+    # share their prompt prefix and more decoding steps (BENCHMARKS.md "demo").
+    eval_capacity: int = 16
     # 16 seeds on each of the 4 held-out toy tasks: 64 paired samples per version, enough for a sign test
     # to tell a rise from chance (bench learning's 59 gains and 0 losses give p = 3.5e-18).
     eval_per_task: int = 16
@@ -103,14 +109,14 @@ class Stage:
     settings: DemoSettings
     say: Callable[[str], None] = console.say
 
-    def rollout_args(self, *, versions_run: str | None, pin: int | None) -> list[str]:
+    def rollout_args(self, *, versions_run: str | None, pin: int | None, batch: int) -> list[str]:
         args = ["--model", str(self.model), "--max-new-tokens", str(self.settings.max_new_tokens)]
         # The learner writes the weights to this stage's object store: the rollout must read that one, not
         # whatever store its own environment would default to.
         args += ["--objects", str(self.paths.objects)]
         # One torch thread: beside the learner and the sandboxes, two threads spin on each other (measured
         # 24 s against 90 s for the same batch on this 2-core machine under load).
-        args += ["--batch", str(self.settings.capacity), "--threads", "1"]
+        args += ["--batch", str(batch), "--threads", "1"]
         if versions_run is not None:
             args += ["--versions-run", versions_run]
         if pin is not None:
@@ -160,11 +166,12 @@ def evaluate(
     stage.publish(run, tasks)
     episodes = len(tasks) * s.eval_per_task
     target = Target(
-        run_id=run, episodes=episodes, group_size=s.eval_per_task, capacity=s.capacity, seed=s.seed,
+        run_id=run, episodes=episodes, group_size=s.eval_per_task, capacity=s.eval_capacity, seed=s.seed,
         max_steps=s.max_steps, policy_version=version, round_robin=True,
     )  # fmt: skip
     pin = version if versions_run is not None else None
-    workers = stage.workers(run, tasks, stage.rollout_args(versions_run=versions_run, pin=pin))
+    args = stage.rollout_args(versions_run=versions_run, pin=pin, batch=s.eval_capacity)
+    workers = stage.workers(run, tasks, args)
     try:
         schedule(stage, workers, target, deadline=None)
     finally:
@@ -175,7 +182,10 @@ def evaluate(
 
 def train(stage: Stage, run: str, tasks: Sequence[Path]) -> Training:
     """Episodes on the training tasks with the learner publishing versions, for `minutes`."""
+    from ops.demo.profile import Profiler
+
     started = time.monotonic()
+    profiler = Profiler().start()
     workers = start_training(stage, run, tasks)
     try:
         schedule(
@@ -186,7 +196,9 @@ def train(stage: Stage, run: str, tasks: Sequence[Path]) -> Training:
         )
     finally:
         workers.stop()
-    return training_summary(stage, run, time.monotonic() - started)
+        profile = profiler.stop()
+    summary = training_summary(stage, run, time.monotonic() - started)
+    return dataclasses.replace(summary, profile=profile.to_json() | {"lines": profile.lines()})
 
 
 def training_target(settings: DemoSettings, run: str, episodes: int = TRAINING_EPISODES) -> Target:
@@ -201,7 +213,8 @@ def training_target(settings: DemoSettings, run: str, episodes: int = TRAINING_E
 def start_training(stage: Stage, run: str, tasks: Sequence[Path]) -> Workers:
     """Publish the tasks and start the run's workers with the learner; the rollout hot-swaps its weights."""
     stage.publish(run, tasks)
-    workers = stage.workers(run, tasks, stage.rollout_args(versions_run=run, pin=None))
+    args = stage.rollout_args(versions_run=run, pin=None, batch=stage.settings.capacity)
+    workers = stage.workers(run, tasks, args)
     workers.start({"learner": stage.learner_command(run)})
     return workers
 
@@ -220,7 +233,18 @@ def training_summary(stage: Stage, run: str, seconds: float) -> Training:
         failed_by_class=data["failed_by_class"],
         versions=[version for version, _trained in published],
         trajectories_trained=sum(trained for _version, trained in published),
+        sampled_tokens=data["sampled_tokens"],
+        learner_step_s=learner_step_seconds(stage.paths.component("runs") / run / "learner" / STATS_FILE),
     )
+
+
+def learner_step_seconds(stats: Path) -> list[float]:
+    """Each training step's seconds (every PPO pass of it), from the learner's stats file; none when the
+    learner wrote none."""
+    if not stats.exists():
+        return []
+    steps = [json.loads(line) for line in stats.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [round(sum(p["seconds"] for p in step["passes"]), 2) for step in steps]
 
 
 def published_versions(bootstrap: str, run: str) -> list[tuple[int, int]]:

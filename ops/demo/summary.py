@@ -92,6 +92,25 @@ class Training:
     failed_by_class: dict[str, int]
     versions: list[int]  # published, in order
     trajectories_trained: int
+    sampled_tokens: int = 0  # the policy's response tokens in the completed trajectories
+    # where the minutes went: CPU and runnable share per process group (`ops.demo.profile.Profile`)
+    profile: dict[str, Any] = field(default_factory=dict)
+    learner_step_s: list[float] = field(default_factory=list)  # each training step's seconds, in order
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.sampled_tokens / self.seconds if self.seconds else 0.0
+
+    def lines(self) -> list[str]:
+        """What the training phase cost, for the console: throughput, learner steps, the profile."""
+        steps = sorted(self.learner_step_s)
+        median = f"median {steps[len(steps) // 2]:.1f} s" if steps else "none"
+        return [
+            f"generation: {self.sampled_tokens} response tokens in {self.seconds:.0f} s "
+            f"({self.tokens_per_s:.1f} per s, every episode in flight together)",
+            f"learner steps: {len(steps)}, {median}",
+            *self.profile.get("lines", []),
+        ]
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,10 @@ Times are the events' `occurred_at_us`, taken once at their source. The stages o
 
 The sandbox's own time per step (`StepExecuted.duration_us`) is shown apart, by step index.
 
+Tokens per second: the response tokens of every `ActionProposed` (its `token_ids`, what the policy
+generated), counted in the minute since the run's first event in which the action was proposed, over the
+seconds of that minute the run covered (the last minute is usually partial).
+
 Staleness: the log records no "trajectory consumed" event, so a completed trajectory counts as consumed by
 the learner when a policy version was published after it completed; its lag is the policy version current
 when it completed minus the oldest version that sampled it (`min_policy_version`). Without any
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter, defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from actors.guard.alerts import by_severity
@@ -54,6 +59,8 @@ class ReportData:
     mean_reward: float | None
     reward_by_version: list[tuple[int, float, int]] = field(default_factory=list)  # version, mean, count
     ended_per_minute: list[int] = field(default_factory=list)  # index: minutes since the first event
+    tokens_per_second: list[float] = field(default_factory=list)  # generated; index: minutes, as above
+    generated_tokens: int = 0
     stage_latency_s: dict[str, list[float]] = field(default_factory=dict)
     sandbox_by_step: list[tuple[int, float, int]] = field(default_factory=list)  # step, mean s, count
     failures: dict[str, int] = field(default_factory=dict)
@@ -137,12 +144,25 @@ def _staleness(run: LoggedRun) -> list[int] | None:
     return lags
 
 
+def tokens_per_second(tokens_by_minute: Mapping[int, int], first_us: int, last_us: int) -> list[float]:
+    """Generated tokens per second in each minute since `first_us`: a minute's tokens over the seconds of
+    it the run covered, at least one (a run of a few milliseconds has no meaningful rate; dividing by
+    them would draw one absurd bar)."""
+    span_s = (last_us - first_us) / 1e6
+    minutes = max(tokens_by_minute, default=-1) + 1
+    return [
+        tokens_by_minute.get(minute, 0) / max(min(60.0, span_s - 60 * minute), 1.0)
+        for minute in range(minutes)
+    ]
+
+
 def gather(run: LoggedRun, run_name: str, rows: int = TABLE_ROWS, *, alerts_read: bool = True) -> ReportData:
     episodes = [e for e in run.episodes.values() if e.events]
     first_us = min((e.first_us for e in episodes), default=0)
     last_us = max((e.last_us for e in episodes), default=0)
     rewards: dict[int, list[float]] = defaultdict(list)
     per_minute: Counter[int] = Counter()
+    tokens_by_minute: Counter[int] = Counter()
     stages: dict[str, list[float]] = {stage: [] for stage in STAGES}
     by_step: dict[int, list[float]] = defaultdict(list)
     failures: Counter[str] = Counter()
@@ -159,6 +179,8 @@ def gather(run: LoggedRun, run_name: str, rows: int = TABLE_ROWS, *, alerts_read
             per_minute[(episode.last_us - first_us) // 60_000_000] += 1
         for stage, values in stage_latencies(episode).items():
             stages[stage].extend(values)
+        for action in episode.actions:
+            tokens_by_minute[(action.meta.occurred_at_us - first_us) // 60_000_000] += len(action.token_ids)
         for executed in episode.executions:
             by_step[executed.meta.step].append(executed.duration_us / 1e6)
     all_rewards = [reward for values in rewards.values() for reward in values]
@@ -175,6 +197,8 @@ def gather(run: LoggedRun, run_name: str, rows: int = TABLE_ROWS, *, alerts_read
         mean_reward=statistics.fmean(all_rewards) if all_rewards else None,
         reward_by_version=[(v, statistics.fmean(r), len(r)) for v, r in sorted(rewards.items())],
         ended_per_minute=[per_minute.get(minute, 0) for minute in range(minutes)],
+        tokens_per_second=tokens_per_second(tokens_by_minute, first_us, last_us),
+        generated_tokens=sum(tokens_by_minute.values()),
         stage_latency_s=stages,
         sandbox_by_step=[(s, statistics.fmean(d), len(d)) for s, d in sorted(by_step.items())],
         failures=dict(failures.most_common()),

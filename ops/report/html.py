@@ -5,10 +5,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from html import escape
 
+from learner.defaults import STATS_FILE
 from ops.replay import iso_time
 from ops.report.data import STAGES, EpisodeRow, ReportData
+from ops.report.learner_steps import HeldOut, LearnerStats, LearnerStep, staleness_histogram
 from ops.report.links import trace_url
-from ops.report.svg import bar_chart, histogram_chart
+from ops.report.svg import Series, bar_chart, histogram_chart, line_chart
+
+LEARNER_ROWS = 50  # the most recent steps in the table; the charts show every one
+NOT_RECORDED = "not recorded (the learner that wrote the file predates this figure)"
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 1100px; }
@@ -47,6 +52,7 @@ def _summary(data: ReportData) -> str:
         ("mean reward (completed)", mean),
         ("verdicts", ", ".join(f"{k} {v}" for k, v in data.verdicts.items()) or "-"),
         ("policy versions published", str(data.policy_versions)),
+        ("policy tokens generated", str(data.generated_tokens)),
     ]
     body = "".join(f"<tr><td>{escape(k)}</td><td>{escape(v)}</td></tr>" for k, v in rows)
     return f'<table class="summary">{body}</table>'
@@ -113,7 +119,143 @@ def _alerts(data: ReportData) -> str:
     )
 
 
-def render_page(data: ReportData, query_base: str) -> str:
+def _by_version(steps: Sequence[LearnerStep], figures: Sequence[tuple[str, str]]) -> list[Series]:
+    """One series per (name, LearnerStep attribute); a step without the figure (an older file) is no point."""
+    series: list[Series] = []
+    for name, attribute in figures:
+        values = [(step.version, getattr(step, attribute)) for step in steps]
+        series.append(
+            (name, [(float(version), float(value)) for version, value in values if value is not None])
+        )
+    return series
+
+
+def _learner_chart(
+    title: str,
+    steps: Sequence[LearnerStep],
+    figures: Sequence[tuple[str, str]],
+    *,
+    unit: str = "",
+    y_range: tuple[float, float] | None = None,
+) -> str:
+    series = _by_version(steps, figures)
+    if not any(points for _, points in series):
+        return line_chart(title, [], empty=NOT_RECORDED)
+    return line_chart(title, series, x_label="policy version", x_prefix="v", unit=unit, y_range=y_range)
+
+
+def _number(value: float | None, spec: str = ".4g") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _learner_steps(learner: LearnerStats) -> str:
+    steps = learner.steps
+    where = escape(str(learner.path))
+    if not learner.exists:
+        return (
+            f'<p class="note">No learner stats: there is no file at {where} (a learner writes one line per '
+            f"policy version it publishes to {STATS_FILE} in its --checkpoint-dir; name that file with "
+            "--learner-stats PATH).</p>"
+        )
+    if not steps:
+        return f'<p class="note">The learner stats file {where} holds no step yet.</p>'
+    charts = [
+        _learner_chart("loss", steps, [("loss", "loss")]),
+        _learner_chart(
+            "policy-gradient and clip fraction", steps,
+            [("pg fraction", "pg_fraction"), ("clip fraction", "clip_fraction")], y_range=(0.0, 1.0),
+        ),
+        _learner_chart("approximate KL to the behaviour policy", steps, [("KL (k3)", "approx_kl")]),
+        _learner_chart("entropy", steps, [("entropy", "entropy")], unit=" nats"),
+        _learner_chart("gradient norm (before clipping)", steps, [("grad norm", "grad_norm")]),
+        _learner_chart(
+            "advantages", steps,
+            [("mean", "advantage_mean"), ("std", "advantage_std"), ("min", "advantage_min"),
+             ("max", "advantage_max")],
+        ),
+        _learner_chart("tokens trained", steps, [("response tokens", "tokens")], unit=" tokens"),
+        _learner_chart(
+            "rollout/learner log-prob gap per token", steps, [("mean", "gap_mean"), ("max", "gap_max")],
+            unit=" nats",
+        ),
+        _learner_chart("step time", steps, [("every pass", "seconds")], unit=" s"),
+    ]  # fmt: skip
+    histogram = staleness_histogram(steps)
+    charts.append(
+        bar_chart(
+            "staleness of trained trajectories",
+            [(str(lag), float(count)) for lag, count in histogram.items()],
+            x_label="policy versions behind when trained",
+            unit=" trajectories",
+            empty=NOT_RECORDED,
+        )
+    )
+    shown = steps[-LEARNER_ROWS:]
+    rows = [
+        [
+            f"v{step.version}",
+            str(step.trajectories),
+            _number(step.loss),
+            _number(step.approx_kl),
+            _number(step.clip_fraction, ".3f"),
+            _number(step.grad_norm),
+            _number(step.gap_mean),
+            _number(step.gap_max),
+            _number(step.seconds, ".2f"),
+        ]
+        for step in shown
+    ]
+    headers = ("version", "trajectories", "loss", "KL", "clip", "grad norm", "gap mean", "gap max", "seconds")
+    which = (
+        f"the last {len(shown)} of {len(steps)} steps" if len(shown) < len(steps) else f"{len(steps)} steps"
+    )
+    return (
+        f'<p class="note">From {where}, {which}: one line per policy version the learner published. '
+        "Per-token figures are of the step's last PPO pass; the log-prob gap is of its first, before the "
+        "step changed the weights (the rollout/learner mismatch). Step time adds every pass.</p>"
+        f'<div class="charts">{"".join(charts)}</div>' + _table(headers, rows)
+    )
+
+
+def _heldout(heldout: HeldOut) -> str:
+    evaluations = heldout.evaluations
+    curve = line_chart(
+        "held-out pass rate by policy version",
+        [("pass rate", [(float(e.policy_version), e.pass_rate) for e in evaluations])],
+        x_label="policy version evaluated",
+        x_prefix="v",
+        y_range=(0.0, 1.0),
+        width=520,
+        height=240,
+    )
+    rows = [
+        [e.label, f"v{e.policy_version}", f"{e.passed}/{e.episodes}", f"{e.pass_rate:.1%}"]
+        for e in evaluations
+    ]
+    verdict = f'<p class="note">{escape(heldout.verdict)}.</p>' if heldout.verdict else ""
+    return (
+        f'<p class="note">From the demo summary {escape(str(heldout.path))}: the held-out tasks run with one '
+        "policy version pinned, the same seeds for every version.</p>"
+        f'<div class="charts">{curve}</div>{verdict}'
+        + _table(("evaluation", "version", "passed", "pass rate"), rows)
+    )
+
+
+def _training(learner: LearnerStats | None, heldout: HeldOut | None) -> list[str]:
+    """The held-out and learner sections, each only when its source was given."""
+    parts = []
+    if heldout is not None:
+        parts += ["<h2>Held-out pass rate by version</h2>", _heldout(heldout)]
+    if learner is not None:
+        parts += [f"<h2>Learner steps ({len(learner.steps)})</h2>", _learner_steps(learner)]
+    return parts
+
+
+def render_page(
+    data: ReportData, query_base: str, *, learner: LearnerStats | None = None, heldout: HeldOut | None = None
+) -> str:
+    """The page; the learner's section when `learner` is given (it says so when the file is not there), the
+    held-out section when `heldout` is."""
     charts_rewards = bar_chart(
         "mean reward by policy version",
         [(f"v{version}", mean) for version, mean, _ in data.reward_by_version],
@@ -134,6 +276,13 @@ def render_page(data: ReportData, query_base: str) -> str:
         )
         for stage in STAGES
     )  # fmt: skip
+    charts_tokens = bar_chart(
+        "policy tokens generated per second",
+        [(str(minute), rate) for minute, rate in enumerate(data.tokens_per_second)],
+        x_label="minutes since the run's first event",
+        unit=" tokens/s",
+        empty="no action proposed",
+    )
     sandbox = bar_chart(
         "sandbox time per step (mean)",
         [(str(step), mean) for step, mean, _ in data.sandbox_by_step],
@@ -159,7 +308,8 @@ def render_page(data: ReportData, query_base: str) -> str:
             f"<h2>Alerts ({data.alerts_total})</h2>",
             _alerts(data),
             "<h2>Rewards and throughput</h2>",
-            f'<div class="charts">{charts_rewards}{charts_rate}</div>',
+            f'<div class="charts">{charts_rewards}{charts_rate}{charts_tokens}</div>',
+            *_training(learner, heldout),
             "<h2>Step latency by stage</h2>",
             '<p class="note">From the events\' own timestamps: policy = previous event to ActionProposed; '
             "sandbox = ActionProposed to StepExecuted; verify = submit to RewardAssigned.</p>",

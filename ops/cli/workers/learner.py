@@ -71,7 +71,13 @@ def register(workers: kit.Subparsers) -> None:
         help="comma-separated linear layer names",
     )
     add("--lr", type=kit.positive_float, metavar="X", default=1e-5, help="AdamW learning rate")
-    add("--micro-batch", type=kit.positive_int, metavar="N", default=4, help="samples per forward pass")
+    add(
+        "--micro-batch",
+        type=kit.positive_int,
+        metavar="N",
+        default=8,
+        help="samples per forward pass (the turns of one prompt share a pass, which runs the prompt once)",
+    )
     add(
         "--epochs",
         type=kit.positive_int,

@@ -14,9 +14,11 @@ from typing import Any
 from actors.scheduler.core import Target
 from actors.scheduler.status import RunStatus
 from actors.scheduler.worker import SchedulerProcess, SchedulerSettings
+from learner.testing import trajectory
 from ops.cli.run import register
 from ops.paths import Paths
 from ops.run_workers import Workers, worker_commands
+from schemas.actions import Submit
 from schemas.blobs import BlobRef
 from schemas.codec import default_codec
 from schemas.commands import StartEpisode
@@ -68,6 +70,7 @@ def test_the_status_counts_each_episode_once_by_outcome() -> None:
         "in_flight": 1,
         "mean_reward": 0.65,
         "verdicts": {"partial": 1, "pass": 1},
+        "sampled_tokens": 0,
         "trajectories": {"completed": 2, "failed": 1},
         "alerts": {"count": 0, "by_severity": {"critical": 0, "warning": 0, "info": 0}, "last": []},
         "guard": {
@@ -345,3 +348,12 @@ def test_the_spawned_guard_reads_the_spawned_sandbox_workers_metrics(tmp_path: P
     assert guard[guard.index("--sandbox-metrics") + 1] == f"http://127.0.0.1:{port}/metrics"
     quiet = worker_commands("r1", "b", "scripted", [Path("t")], paths, telemetry=TelemetryConfig("s"))
     assert "--sandbox-metrics" not in quiet["guard"]
+
+
+def test_sampled_tokens_count_each_trajectory_once() -> None:
+    one = trajectory(run_id=RUN, episode_id="e1")
+    two = trajectory(run_id=RUN, episode_id="e2", actions=(Submit(),))
+    tokens = sum(len(step.action.token_ids) for t in (one, two) for step in t.steps)
+    status = RunStatus(RUN).observe_all([one, one, two])  # a redelivered trajectory is not counted again
+    assert tokens > 0
+    assert status.to_json()["sampled_tokens"] == tokens

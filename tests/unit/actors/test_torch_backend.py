@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from actors.rollout.torch_backend import TorchBackend
+from actors.rollout.torch_backend import TorchBackend, common_prefix
 from learner.step import Sample, collate, token_logprobs
 
 EOS = 2
@@ -88,3 +88,29 @@ def test_greedy_decoding_takes_the_most_likely_token() -> None:
     with torch.no_grad():
         logits = model(torch.tensor([[1, 5, 6]])).logits[0, -1]
     assert generation.token_ids == (int(logits.argmax()),)
+
+
+@pytest.mark.parametrize("shape", ["one prompt", "a common head"])
+def test_a_shared_prompt_prefix_runs_once_and_changes_no_row(shape: str) -> None:
+    head = (1, *range(3, 23))  # 21 tokens, above MIN_SHARED_PREFIX
+    tails = [(), (), ()] if shape == "one prompt" else [(5, 6, 7), (9,), (4, 4)]
+    prompts = [(*head, *tail) for tail in tails]
+    seeds = [11, 12, 13]
+    backend = TorchBackend(tiny_model(), eos_token_id=EOS)
+    alone = [
+        backend.generate([p], max_new_tokens=8, seeds=[s])[0] for p, s in zip(prompts, seeds, strict=True)
+    ]
+    run_alone = backend.prefill_tokens
+    batched = backend.generate(prompts, max_new_tokens=8, seeds=seeds)
+    assert backend.prefill_tokens - run_alone < run_alone - len(head) + 2  # the head ran once, not 3 times
+    for one, two in zip(alone, batched, strict=True):
+        assert one.token_ids == two.token_ids
+        assert two.logprobs == pytest.approx(one.logprobs, abs=1e-5)
+    assert common_prefix(prompts) == (len(head) - 1 if shape == "one prompt" else len(head))
+
+
+def test_the_common_prefix_leaves_every_prompt_its_last_token() -> None:
+    assert common_prefix([(1, 2, 3), (1, 2, 3)]) == 2
+    assert common_prefix([(1, 2, 3), (1, 2)]) == 1
+    assert common_prefix([(1, 2, 3), (4, 2, 3)]) == 0
+    assert common_prefix([(7,), (7,)]) == 0

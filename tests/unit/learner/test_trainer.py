@@ -2,10 +2,18 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 from learner.lora import Adaptation, adapt, trainable_parameters
-from learner.step import Sample, collate, token_logprobs
+from learner.step import (
+    Sample,
+    collate,
+    first_response,
+    shared_prefix,
+    token_logprobs,
+    token_logprobs_and_entropy,
+)
 from learner.testing import tiny_llama
 from learner.trainer import TrainSettings, train_step
 
@@ -86,3 +94,67 @@ def test_the_step_reports_kl_entropy_mismatch_and_advantages_an_rl_engineer_read
     # the ratios rose ~e^0.5 = 1.65 above the band: the rewarded tokens lose their gradient, the
     # punished ones (advantage < 0, ratio > 1 + eps) keep it
     assert second.clip_fraction > 0.5 and 0.0 < second.pg_fraction < 1.0
+
+
+def _group(model: torch.nn.Module) -> list[Sample]:
+    """A group's turns: one long prompt shared by every reply (as a task's first turn is), replies of
+    different lengths, and one turn with another prompt to show the sort keeps groups together."""
+    prompt = (1, *range(100, 140))  # 41 tokens: above MIN_SHARED_PREFIX
+    replies = [((80, 81, 82), 1.0), ((90, 91), -1.0), ((83,), 0.5), ((84, 85, 86, 87), -0.5)]
+    samples = []
+    for reply, advantage in replies:
+        batch = collate([Sample(prompt, reply, (0.0,) * len(reply), advantage)])
+        with torch.no_grad():
+            logp = token_logprobs(model, batch.input_ids, batch.attention_mask)
+        behaviour = tuple(float(x) - 0.05 for x in logp[0][batch.response_mask[0].bool()])
+        samples.append(Sample(prompt, reply, behaviour, advantage))
+    other = (1, 70, 71, 72)
+    samples.append(Sample(other, (80, 81), (-3.0, -3.0), 0.25))
+    return samples
+
+
+def test_a_shared_prompt_runs_once_with_the_gradient_and_stats_of_running_every_row_whole() -> None:
+    results = []
+    for share in (True, False):
+        model = tiny_llama()
+        adapt(model, Adaptation(rank=0))
+        samples = _group(model)
+        optimizer = torch.optim.SGD(trainable_parameters(model), lr=0.0)
+        captured: list[torch.Tensor] = []
+
+        def capture(opt: torch.optim.Optimizer, *args: object, into: list[torch.Tensor] = captured) -> None:
+            into.extend(p.grad.clone() for group in opt.param_groups for p in group["params"])
+
+        optimizer.register_step_pre_hook(capture)
+        calls: list[int] = []
+        model.register_forward_pre_hook(
+            lambda _m, _a, kwargs, seen=calls: seen.append(kwargs["input_ids"].numel()), with_kwargs=True
+        )
+        settings = TrainSettings(micro_batch=8 if share else 1, max_grad_norm=1e9)
+        stats = train_step(model, optimizer, samples, settings)
+        results.append((captured, stats, calls))
+    (shared_grads, shared_stats, shared_calls), (whole_grads, whole_stats, whole_calls) = results
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(shared_grads, whole_grads, strict=True))
+    assert math.isclose(shared_stats.loss, whole_stats.loss, rel_tol=1e-5, abs_tol=1e-7)
+    assert math.isclose(shared_stats.approx_kl, whole_stats.approx_kl, rel_tol=1e-4, abs_tol=1e-7)
+    assert math.isclose(shared_stats.entropy, whole_stats.entropy, rel_tol=1e-5)
+    assert math.isclose(shared_stats.logprob_gap_max, whole_stats.logprob_gap_max, rel_tol=1e-4)
+    # the shared pass: a 41-token prompt once plus the rows' suffixes, far fewer tokens than 5 whole rows
+    assert sum(shared_calls) < sum(whole_calls) / 2
+    assert shared_stats.tokens == whole_stats.tokens == 12
+
+
+def test_positions_before_the_first_response_token_are_not_scored() -> None:
+    model = tiny_llama()
+    samples = _group(model)[:2]
+    batch = collate(samples)
+    with torch.no_grad():
+        whole = token_logprobs(model, batch.input_ids, batch.attention_mask)
+        start = first_response(samples)
+        late, _entropy = token_logprobs_and_entropy(
+            model, batch.input_ids, batch.attention_mask, start=start, shared=shared_prefix(samples, start)
+        )
+    assert late.shape == (2, whole.shape[1] - start)
+    assert torch.allclose(late, whole[:, start:], atol=1e-5)
+    with pytest.raises(ValueError, match="shared"):
+        token_logprobs_and_entropy(model, batch.input_ids, batch.attention_mask, start=3, shared=5)

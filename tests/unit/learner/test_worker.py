@@ -11,8 +11,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from learner import checkpoint, testing
+from learner.defaults import STATS_FILE
 from learner.kafka_io import Polled, inputs
-from learner.learner import STATS_FILE, Learner, LearnerSettings
+from learner.learner import Learner, LearnerSettings
 from learner.loop import run
 from learner.lora import Adaptation, trainable_state
 from learner.publish import MemoryAnnouncer

@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 from learner import checkpoint, loop
+from learner.defaults import STATS_FILE
 from learner.kafka_io import MemoryControlFeed, Polled
-from learner.learner import STATS_FILE, Learner
+from learner.learner import Learner
 from learner.loop import run
 from learner.publish import MemoryAnnouncer
 from learner.state import Position

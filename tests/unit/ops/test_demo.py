@@ -126,7 +126,7 @@ def test_the_rollout_reads_weights_from_the_store_the_learner_writes_to(tmp_path
     stage = Stage(
         Paths(tmp_path / "home", tmp_path / "cache"), "127.0.0.1:1", tmp_path / "model", DemoSettings("d")
     )
-    rollout = stage.rollout_args(versions_run="d-train", pin=None)
+    rollout = stage.rollout_args(versions_run="d-train", pin=None, batch=8)
     learner = stage.learner_command("d-train")
     objects = str(tmp_path / "home" / "objects")
     assert rollout[rollout.index("--objects") + 1] == objects == learner[learner.index("--objects") + 1]
