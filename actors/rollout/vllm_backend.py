@@ -6,8 +6,10 @@ Prompts go in as token ids (the `ChatPromptEncoder`'s, so sampler and learner sh
 has its own seed (`SamplingParams.seed`); `logprobs=0` returns the log-prob of each sampled token, asked
 for after temperature scaling ("processed" log-probs) to match the torch backend's definition.
 
-NOT RUN HERE: this machine has no GPU and vllm is not installed. Only the import guard and the pure
-conversion of vLLM's outputs (`to_generation`) are unit-tested.
+NOT RUN HERE: this machine has no GPU and vllm is not installed. The import guard, the pure conversion of
+vLLM's outputs (`to_generation`) and the backend contract on a scripted engine are unit-tested
+(tests/unit/actors/test_backend_contract.py, whose `vllm-real` case runs the contract on a real engine
+with `pytest -m gpu` where vllm is installed).
 """
 
 from __future__ import annotations
@@ -62,6 +64,8 @@ class VllmBackend:
         seeds: Sequence[int] | None = None,
     ) -> list[Generation]:
         row_seeds = [seed] * len(prompts) if seeds is None else list(seeds)
+        if len(row_seeds) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts but {len(row_seeds)} seeds")
         params = [
             self.sampling_params(**sampling_kwargs(max_new_tokens, temperature, top_p, s, self.eos))
             for s in row_seeds

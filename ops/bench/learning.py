@@ -18,13 +18,14 @@ demo` runs the same pieces through the whole pipeline.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import hashlib
 import os
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -137,7 +138,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="torch threads, 0 for torch's choice (1: on 2 shared cores one thread is faster than two "
         "spinning on each other)",
     )
-    kit.add_record(parser, REPO_ROOT / "BENCHMARKS.md", "learning")
+    parser.add_argument(
+        "--pipeline",
+        action="store_true",
+        help="race: the same training through the real pipeline (Kafka, workers, learner) and with this "
+        "synchronous loop, one after the other, each for --minutes; held-out pass rate by training minute, "
+        "minutes to 50%% and 80%%",
+    )
+    parser.add_argument(
+        "--minutes",
+        type=kit.positive_float,
+        metavar="N",
+        default=12.0,
+        help="with --pipeline: each side's training time",
+    )
+    parser.add_argument(
+        "--eval-every",
+        type=kit.positive_float,
+        metavar="MIN",
+        default=1.5,
+        help="with --pipeline: held-out evaluation grid, in training minutes (the newest version at each)",
+    )
+    kit.add_record(parser, REPO_ROOT / "BENCHMARKS.md", "learning (or learning: pipeline against the loop)")
     parser.add_argument("--note", default="", help="a reading of the result, recorded as its own line")
 
 
@@ -206,7 +228,82 @@ def evaluate(policy: Any, grader: Grader, tasks: Sequence[Any], args: argparse.N
     return Outcomes(tuple(outcomes))
 
 
-def run(args: argparse.Namespace) -> int:
+@dataclass
+class SyncLoop:
+    """The synchronous loop of the design brief, in one process: sample a step's groups, grade them, train
+    on them, then the next step (each phase waits for the one before)."""
+
+    policy: Any
+    model: Any
+    optimizer: Any
+    grader: Grader
+    train: Sequence[Any]
+    args: argparse.Namespace
+
+    def step(self, step: int) -> StepResult:
+        from learner.trainer import TrainSettings, train_epochs
+
+        args, policy = self.args, self.policy
+        began = time.monotonic()
+        tasks = step_tasks(self.train, step, args.tasks_per_step)
+        requests = [
+            _request(
+                task.spec.instruction, f"learn-{step}-{task.id}-{i}", step * 1000 + i, args.max_new_tokens,
+                args.temperature,
+            )
+            for task in tasks
+            for i in range(args.group)
+        ]  # fmt: skip
+        replies = _samples(policy, requests)  # every group of the step in one batched generation
+        sampled = time.monotonic()
+        outcomes = [
+            self.grader.reward(tasks[row // args.group], reply.action) for row, reply in enumerate(replies)
+        ]
+        rewards = [reward for reward, _wrote in outcomes]
+        prompts = [tuple(policy.encoder.encode(request)) for request in requests]
+        groups = [
+            (prompts[first : first + args.group], replies[first : first + args.group],
+             rewards[first : first + args.group])
+            for first in range(0, len(requests), args.group)
+        ]  # fmt: skip
+        samples, trained = group_samples(groups)
+        graded_at = time.monotonic()
+        settings = TrainSettings(temperature=args.temperature)
+        stats = train_epochs(self.model, self.optimizer, samples, args.epochs, settings)
+        result = StepResult(
+            step, tuple(task.id for task in tasks), tuple(rewards), sum(r >= 1.0 for r in rewards),
+            sum(w for _r, w in outcomes), trained, time.monotonic() - began,
+        )  # fmt: skip
+        clip = f", clipped {stats[-1].clip_fraction:.0%} in the last pass" if stats else ""
+        say(
+            f"step {step + 1} {' '.join(result.tasks)}: passed {result.passed}/{len(rewards)}, wrote a file "
+            f"{result.wrote_file}/{len(rewards)}, trained on {trained} of {len(tasks)} groups{clip} "
+            f"[{result.seconds:.0f} s: sampling {sampled - began:.0f}, grading {graded_at - sampled:.0f}, "
+            f"training {began + result.seconds - graded_at:.0f}]"
+        )
+        return result
+
+
+@dataclass
+class Bench:
+    """What both the synchronous loop and the race need: the policy (LoRA-adapted, its optimizer), the
+    toy tasks, and a grader on the stack's sandboxes."""
+
+    policy: Any
+    model: Any
+    optimizer: Any
+    grader: Grader
+    train: list[Any]
+    heldout: list[Any]
+    split: Any  # actors.tasks.toy.ToySplit: the task folders (the pipeline publishes these)
+    model_dir: Path
+
+    def loop(self, args: argparse.Namespace) -> SyncLoop:
+        return SyncLoop(self.policy, self.model, self.optimizer, self.grader, self.train, args)
+
+
+@contextlib.contextmanager
+def bench(args: argparse.Namespace, paths: Paths) -> Iterator[Bench]:
     import torch
 
     from actors.rollout.llm import load_llm_policy
@@ -215,19 +312,16 @@ def run(args: argparse.Namespace) -> int:
     from actors.tasks.verify import task_quotas, verify
     from learner.lora import Adaptation, adapt, trainable_parameters
     from learner.model import prepare_model
-    from learner.trainer import TrainSettings, train_epochs
     from ops.stack.sandboxes import default_image, stack_backend
     from sandbox_agent.limits import SandboxSpec
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    paths = Paths.from_env()
     model_dir = prepare_model(paths.cache)
     policy = load_llm_policy(model_dir, max_new_tokens=args.max_new_tokens)
     model = policy.backend.model  # type: ignore[attr-defined]
     adapt(model, Adaptation(rank=args.lora_rank, targets=_targets(args.lora_targets)))
     optimizer = torch.optim.AdamW(trainable_parameters(model), lr=args.lr)
-    started = time.monotonic()
     with (
         tempfile.TemporaryDirectory(prefix="trialog-bench-learning-") as scratch,
         stack_backend(paths, labels={"dev.trialog.bench": "learning"}) as backend,
@@ -235,62 +329,33 @@ def run(args: argparse.Namespace) -> int:
         split = import_toy(
             Path(scratch) / "tasks", count=args.tasks, holdout_every=4, variant=Variant(args.variant)
         )
-        train, heldout = load_tasks(split.train), load_tasks(split.heldout)
 
         def graded(task: Any, workspace: Path) -> float:
             spec = SandboxSpec(task.spec.image or default_image(), task_quotas(task))
             return float(verify(task, workspace, backend, spec).grade.reward)
 
         grader = Grader(graded, Path(scratch) / "work")
-        say(f"evaluating v0 on {len(heldout)} held-out tasks x {args.eval_per_task}")
-        before = evaluate(policy, grader, heldout, args)
+        yield Bench(
+            policy, model, optimizer, grader, load_tasks(split.train), load_tasks(split.heldout), split,
+            model_dir,
+        )  # fmt: skip
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.pipeline:
+        from ops.bench.learning_race import race
+
+        return race(args)
+    started = time.monotonic()
+    with bench(args, Paths.from_env()) as b:
+        say(f"evaluating v0 on {len(b.heldout)} held-out tasks x {args.eval_per_task}")
+        before = evaluate(b.policy, b.grader, b.heldout, args)
         say(f"held-out pass rate before: {before}")
-        curve: list[StepResult] = []
-        settings = TrainSettings(temperature=args.temperature)
-        for step in range(args.steps):
-            began = time.monotonic()
-            tasks = step_tasks(train, step, args.tasks_per_step)
-            requests = [
-                _request(
-                    task.spec.instruction,
-                    f"learn-{step}-{task.id}-{i}",
-                    step * 1000 + i,
-                    args.max_new_tokens,
-                    args.temperature,
-                )
-                for task in tasks
-                for i in range(args.group)
-            ]
-            replies = _samples(policy, requests)  # every group of the step in one batched generation
-            sampled = time.monotonic()
-            outcomes = [
-                grader.reward(tasks[row // args.group], reply.action) for row, reply in enumerate(replies)
-            ]
-            rewards = [reward for reward, _wrote in outcomes]
-            prompts = [tuple(policy.encoder.encode(request)) for request in requests]
-            groups = [
-                (prompts[first : first + args.group], replies[first : first + args.group],
-                 rewards[first : first + args.group])
-                for first in range(0, len(requests), args.group)
-            ]  # fmt: skip
-            samples, trained = group_samples(groups)
-            graded_at = time.monotonic()
-            stats = train_epochs(model, optimizer, samples, args.epochs, settings)
-            result = StepResult(
-                step, tuple(task.id for task in tasks), tuple(rewards), sum(r >= 1.0 for r in rewards),
-                sum(w for _r, w in outcomes), trained, time.monotonic() - began,
-            )  # fmt: skip
-            curve.append(result)
-            clip = f", clipped {stats[-1].clip_fraction:.0%} in the last pass" if stats else ""
-            say(
-                f"step {step + 1}/{args.steps} {' '.join(result.tasks)}: passed {result.passed}/"
-                f"{len(rewards)}, wrote a file {result.wrote_file}/{len(rewards)}, trained on {trained} of "
-                f"{len(tasks)} groups{clip} [{result.seconds:.0f} s: sampling {sampled - began:.0f}, grading "
-                f"{graded_at - sampled:.0f}, training {began + result.seconds - graded_at:.0f}]"
-            )
-        after = evaluate(policy, grader, heldout, args)
+        loop = b.loop(args)
+        curve = [loop.step(step) for step in range(args.steps)]
+        after = evaluate(b.policy, b.grader, b.heldout, args)
         say(f"held-out pass rate after: {after}")
-    section = render(args, curve, before, after, time.monotonic() - started, [t.id for t in heldout])
+    section = render(args, curve, before, after, time.monotonic() - started, [t.id for t in b.heldout])
     print(section)
     if not args.no_record:
         write_section(args.record, section)
