@@ -12,7 +12,8 @@ move it). The pass rate of every step's replies is the curve. Before the first a
 the held-out tasks are sampled with the same fixed seeds, so the two pass rates differ only in the weights.
 
 This check runs the policy, reward and learner code without Kafka, to measure learning alone; `trialog
-demo` runs the same pieces through the whole pipeline.
+demo` runs the same pieces through the whole pipeline, and `--pipeline` races the two by the training
+clock (`ops.bench.learning_race`).
 """
 
 from __future__ import annotations
@@ -149,14 +150,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--minutes",
         type=kit.positive_float,
         metavar="N",
-        default=12.0,
+        default=8.0,
         help="with --pipeline: each side's training time",
     )
     parser.add_argument(
         "--eval-every",
         type=kit.positive_float,
         metavar="MIN",
-        default=1.5,
+        default=1.0,
         help="with --pipeline: held-out evaluation grid, in training minutes (the newest version at each)",
     )
     kit.add_record(parser, REPO_ROOT / "BENCHMARKS.md", "learning (or learning: pipeline against the loop)")

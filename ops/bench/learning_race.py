@@ -141,7 +141,9 @@ def _pipeline_side(
 
     settings = DemoSettings(
         name=f"race-{uuid.uuid4().hex[:6]}", minutes=args.minutes, toy_count=args.tasks,
-        toy_variant=args.variant, group_size=args.group, capacity=args.group, max_steps=1,
+        toy_variant=args.variant, group_size=args.group, max_steps=1,
+        # in flight (and in one rollout batch) at most what the loop samples at once: one step's groups
+        capacity=args.tasks_per_step * args.group,
         max_new_tokens=args.max_new_tokens, lora_rank=args.lora_rank, lr=args.lr,
         lora_targets=args.lora_targets, epochs=args.epochs, temperature=args.temperature,
     )  # fmt: skip
