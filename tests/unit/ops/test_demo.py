@@ -151,3 +151,30 @@ def test_the_curve_evaluates_evenly_spaced_versions_between_the_first_and_the_la
     assert versions_to_evaluate([1, 2], 5) == [1]  # never the last twice, never more than was published
     assert versions_to_evaluate([1], 4) == []
     assert versions_to_evaluate([], 3) == [] == versions_to_evaluate([1, 2, 3], 2)
+
+
+def test_the_training_summary_says_where_the_minutes_went(tmp_path: Path) -> None:
+    import json
+
+    from ops.demo.run import learner_step_seconds
+    from ops.demo.summary import Training
+
+    stats = tmp_path / "stats.jsonl"
+    stats.write_text(
+        "\n".join(
+            json.dumps({"version": v, "passes": [{"seconds": 4.0}, {"seconds": s}]})
+            for v, s in ((1, 5.5), (2, 3.25), (3, 4.0))
+        )
+        + "\n"
+    )
+    steps = learner_step_seconds(stats)
+    assert steps == [9.5, 7.25, 8.0]
+    assert learner_step_seconds(tmp_path / "absent.jsonl") == []
+    training = Training(
+        "r", 100.0, 10, 10, 5, {}, [1, 2, 3], 24, sampled_tokens=2500, learner_step_s=steps,
+        profile={"lines": ["rollout  0.81 cores"]},
+    )  # fmt: skip
+    lines = training.lines()
+    assert lines[0].startswith("generation: 2500 response tokens in 100 s (25.0 per s")
+    assert lines[1] == "learner steps: 3, median 8.0 s"
+    assert lines[2] == "rollout  0.81 cores"
