@@ -154,6 +154,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --pipeline: each side's training time",
     )
     parser.add_argument(
+        "--rollouts",
+        type=kit.positive_int,
+        metavar="N",
+        default=1,
+        help="with --pipeline: the pipeline's rollout worker processes (the loop is one process)",
+    )
+    parser.add_argument(
         "--eval-every",
         type=kit.positive_float,
         metavar="MIN",

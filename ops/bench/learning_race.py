@@ -143,7 +143,7 @@ def _pipeline_side(
         name=f"race-{uuid.uuid4().hex[:6]}", minutes=args.minutes, toy_count=args.tasks,
         toy_variant=args.variant, group_size=args.group, max_steps=1,
         # in flight (and in one rollout batch) at most what the loop samples at once: one step's groups
-        capacity=args.tasks_per_step * args.group,
+        capacity=args.tasks_per_step * args.group, rollouts=args.rollouts,
         max_new_tokens=args.max_new_tokens, lora_rank=args.lora_rank, lr=args.lr,
         lora_targets=args.lora_targets, epochs=args.epochs, temperature=args.temperature,
     )  # fmt: skip
@@ -232,7 +232,8 @@ def render(
     return f"""{SECTION}
 
 `trialog bench learning --pipeline --minutes {args.minutes:g} --eval-every {args.eval_every:g} \
---variant {args.variant} --tasks {args.tasks} --tasks-per-step {args.tasks_per_step} --group {args.group} \
+--rollouts {args.rollouts} --variant {args.variant} --tasks {args.tasks} \
+--tasks-per-step {args.tasks_per_step} --group {args.group} \
 --eval-per-task {args.eval_per_task} --lr {args.lr} --epochs {args.epochs} --lora-rank {args.lora_rank} \
 --lora-targets {args.lora_targets} --max-new-tokens {args.max_new_tokens} --temperature {args.temperature} \
 --threads {args.threads}` on {dt.date.today().isoformat()}, {cpu_model()}, {memory_gib():.0f} GiB, \

@@ -66,6 +66,13 @@ def register(subparsers: kit.Subparsers) -> None:
         "--capacity", type=kit.positive_int, metavar="N", default=8, help="episodes in flight at once"
     )
     demo.add_argument(
+        "--rollouts",
+        type=kit.positive_int,
+        metavar="N",
+        default=1,
+        help="rollout worker processes during training (one consumer group; one torch thread each)",
+    )
+    demo.add_argument(
         "--eval-capacity",
         type=kit.positive_int,
         metavar="N",
@@ -140,6 +147,7 @@ def settings_from_args(args: argparse.Namespace) -> DemoSettings:
         group_size=args.group_size,
         capacity=args.capacity,
         eval_capacity=args.eval_capacity,
+        rollouts=args.rollouts,
         eval_per_task=args.eval_per_task,
         eval_versions=args.eval_versions,
         max_steps=args.max_steps,

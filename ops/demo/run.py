@@ -47,6 +47,9 @@ class DemoSettings:
     # Episodes in flight in an evaluation, where no learner competes for the cores: bigger rollout batches
     # share their prompt prefix and more decoding steps (BENCHMARKS.md "demo").
     eval_capacity: int = 16
+    # Rollout worker processes in one consumer group (each with one torch thread): they split the
+    # episodes by partition; a second one uses the core the learner leaves idle while it waits for groups.
+    rollouts: int = 1
     # 16 seeds on each of the 4 held-out toy tasks: 64 paired samples per version, enough for a sign test
     # to tell a rise from chance (bench learning's 59 gains and 0 losses give p = 3.5e-18).
     eval_per_task: int = 16
@@ -152,6 +155,8 @@ class Stage:
         commands = worker_commands(run, self.bootstrap, "llm", tasks, self.paths, rollout_args)
         s = self.settings
         commands["streams"] += ["--temperature", str(s.temperature), "--max-tokens", str(s.max_new_tokens)]
+        for index in range(2, s.rollouts + 1):
+            commands[f"rollout-{index}"] = list(commands["rollout"])
         workers = Workers(self.paths.component("runs") / run / "logs")
         workers.start(commands)
         return workers

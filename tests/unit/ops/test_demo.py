@@ -178,3 +178,28 @@ def test_the_training_summary_says_where_the_minutes_went(tmp_path: Path) -> Non
     assert lines[0].startswith("generation: 2500 response tokens in 100 s (25.0 per s")
     assert lines[1] == "learner steps: 3, median 8.0 s"
     assert lines[2] == "rollout  0.81 cores"
+
+
+def test_more_rollout_workers_join_the_same_consumer_group(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ops.demo.run as run_module
+    from ops.demo.run import DemoSettings, Stage
+    from ops.paths import Paths
+
+    started: dict[str, list[str]] = {}
+
+    class Recorder:
+        def __init__(self, logs: Path) -> None:
+            self.logs = logs
+
+        def start(self, commands: dict[str, list[str]]) -> None:
+            started.update(commands)
+
+    monkeypatch.setattr(run_module, "Workers", Recorder)
+    settings = settings_from_args(_parse("--rollouts", "2"))
+    stage = Stage(Paths(tmp_path / "home", tmp_path / "cache"), "127.0.0.1:1", tmp_path / "model", settings)
+    stage.workers("d-train", [], stage.rollout_args(versions_run="d-train", pin=None, batch=8))
+    assert started["rollout-2"] == started["rollout"]
+    assert started["rollout"][started["rollout"].index("--group") + 1] == "d-train.trialog-rollout"
+    assert DemoSettings("d").rollouts == 1
