@@ -4,7 +4,7 @@ synchronous loop, one after the other in one command, raced by the training cloc
 Both sides start from SmolLM2-135M-Instruct with the same LoRA, learning rate, PPO passes, group size,
 sampling temperature and toy tasks, and each trains for `--minutes` of wall-clock time:
 
-- the loop (`ops.bench.learning.SyncLoop`): in one process, sample a step's groups, grade them in
+- the loop (`ops.bench.learning_loop.SyncLoop`): in one process, sample a step's groups, grade them in
   sandboxes, train, and only then sample the next step;
 - the pipeline (`ops.demo.run.train`, what `trialog demo` runs): scheduler, streams, sandbox, rollout,
   verifier and learner as processes on Kafka, the rollout hot-swapping each version the learner publishes.
@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ops.bench.learning import Bench, bench, evaluate
+from ops.bench.learning_loop import Bench, bench, evaluate
 from ops.bench.report import cpu_model, memory_gib, write_section
 from ops.console import say
 from ops.paired import Outcomes

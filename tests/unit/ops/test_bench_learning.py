@@ -12,15 +12,8 @@ from learner.lora import Adaptation, adapt, trainable_parameters
 from learner.step import Sample, collate, token_logprobs
 from learner.testing import tiny_llama
 from learner.trainer import TrainSettings, train_epochs
-from ops.bench.learning import (
-    StepResult,
-    _targets,
-    add_arguments,
-    evaluate,
-    group_samples,
-    render,
-    step_tasks,
-)
+from ops.bench.learning import add_arguments, render
+from ops.bench.learning_loop import StepResult, _targets, evaluate, group_samples, step_tasks
 from ops.paired import Outcomes
 
 PROMPT = (1, 70, 71, 72)
