@@ -70,7 +70,8 @@ def register(subparsers: kit.Subparsers) -> None:
         type=kit.positive_int,
         metavar="N",
         default=1,
-        help="rollout worker processes during training (one consumer group; one torch thread each)",
+        help="rollout worker processes during training (one consumer group; one torch thread each); "
+        "on 2 cores two were measured slower than one (BENCHMARKS.md, learning: pipeline against the loop)",
     )
     demo.add_argument(
         "--eval-capacity",
