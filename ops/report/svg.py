@@ -8,7 +8,7 @@ text is escaped. The functions return SVG markup as a string; `histogram` is the
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from html import escape
 
 WIDTH, HEIGHT = 520, 240
@@ -74,20 +74,7 @@ def bar_chart(
     def y(value: float) -> float:
         return MARGIN_TOP + plot_h * (high - value) / (high - low)
 
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
-        f'aria-label="{escape(title)}">',
-        f'<text x="8" y="18" class="title">{escape(title)}</text>',
-    ]
-    ticks = round((high - low) / step)
-    for index in range(ticks + 1):
-        value = low + index * step
-        at = y(value)
-        parts.append(
-            f'<line x1="{MARGIN_LEFT}" x2="{width - MARGIN_RIGHT}" y1="{at:.1f}" y2="{at:.1f}" class="grid"/>'
-            f'<text x="{MARGIN_LEFT - 6}" y="{at + 4:.1f}" text-anchor="end" class="tick">'
-            f"{_fmt(value)}</text>"
-        )
+    parts = [*_frame(title, width, height), *_value_grid(low, high, step, y, width)]
     slot = plot_w / len(bars)
     every = max(1, math.ceil(len(bars) / MAX_LABELS))
     zero = y(0.0)
@@ -115,6 +102,29 @@ def bar_chart(
         )
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _frame(title: str, width: int, height: int) -> list[str]:
+    """A chart's opening tag and title (the caller closes the svg)."""
+    return [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
+        f'aria-label="{escape(title)}">',
+        f'<text x="8" y="18" class="title">{escape(title)}</text>',
+    ]
+
+
+def _value_grid(low: float, high: float, step: float, y: Callable[[float], float], width: int) -> list[str]:
+    """A grid line and a label at every `step` of the value axis from `low` to `high`."""
+    lines = []
+    for index in range(round((high - low) / step) + 1):
+        value = low + index * step
+        at = y(value)
+        lines.append(
+            f'<line x1="{MARGIN_LEFT}" x2="{width - MARGIN_RIGHT}" y1="{at:.1f}" y2="{at:.1f}" class="grid"/>'
+            f'<text x="{MARGIN_LEFT - 6}" y="{at + 4:.1f}" text-anchor="end" class="tick">'
+            f"{_fmt(value)}</text>"
+        )
+    return lines
 
 
 def histogram(values: Sequence[float], bins: int = 20) -> list[tuple[float, float, int]]:
@@ -197,18 +207,7 @@ def line_chart(
     def at_y(value: float) -> float:
         return top + plot_h * (high - value) / (high - low)
 
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
-        f'aria-label="{escape(title)}">',
-        f'<text x="8" y="18" class="title">{escape(title)}</text>',
-    ]
-    for index in range(round((high - low) / step) + 1):
-        value = low + index * step
-        y = at_y(value)
-        parts.append(
-            f'<line x1="{MARGIN_LEFT}" x2="{width - MARGIN_RIGHT}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>'
-            f'<text x="{MARGIN_LEFT - 6}" y="{y + 4:.1f}" text-anchor="end" class="tick">{_fmt(value)}</text>'
-        )
+    parts = [*_frame(title, width, height), *_value_grid(low, high, step, at_y, width)]
     # x ticks at round steps; a step under 1 only when the x values themselves are fractional
     whole = all(float(x).is_integer() for x in xs)
     x_step = nice_step(x_high - x_low)
