@@ -73,6 +73,12 @@ class RolloutWorker:
         started = self.origin.clock.now_us()
         samples = [self._versioned(sample) for sample in self.policy.sample_batch(requests)]
         latency = max(0, self.origin.clock.now_us() - started)
+        # What a batch was worth: how full batches run is what decides generation throughput on a CPU.
+        tokens = sum(len(sample.token_ids) for sample in samples)
+        log.info(
+            "batch of %d: %d tokens in %.2f s (%.1f per s)",
+            len(requests), tokens, latency / 1e6, tokens / max(latency / 1e6, 1e-6),
+        )  # fmt: skip
         return [action_proposed(self.origin, r, s, latency) for r, s in zip(requests, samples, strict=True)]
 
     def _refresh(self) -> None:

@@ -140,6 +140,16 @@ def test_a_batch_is_answered_in_order_grouped_by_sampling_parameters() -> None:
     assert [c["max_new_tokens"] for c in backend.calls] == [64, 8]
 
 
+def test_each_batch_logs_its_size_and_tokens(caplog: pytest.LogCaptureFixture) -> None:
+    backend = Scripted(["run: a", "run: b"])
+    requests = [_request(episode="e1"), _request(episode="e2")]
+    with caplog.at_level("INFO", logger="actors.rollout.worker"):
+        answers = RolloutWorker(_policy(backend), fixed_origin()).handle_batch(requests)
+    tokens = sum(len(a.token_ids) for a in answers if isinstance(a, ActionProposed))
+    assert tokens > 0
+    assert any(r.getMessage().startswith(f"batch of 2: {tokens} tokens in ") for r in caplog.records)
+
+
 def test_a_real_tiny_model_answers_the_same_request_alike_alone_or_in_a_batch() -> None:
     policy = _policy(TorchBackend(tiny_llama(), eos_token_id=TOKENIZER.eos_token_id), None)
     policy.max_new_tokens = 12
