@@ -48,7 +48,8 @@ class DemoSettings:
     # share their prompt prefix and more decoding steps (BENCHMARKS.md "demo").
     eval_capacity: int = 16
     # Rollout worker processes in one consumer group (each with one torch thread): they split the
-    # episodes by partition; a second one uses the core the learner leaves idle while it waits for groups.
+    # episodes by partition. On 2 cores a second one was measured slower (two half-size batches;
+    # BENCHMARKS.md, "learning: pipeline against the loop"); a bigger machine has cores to give it.
     rollouts: int = 1
     # 16 seeds on each of the 4 held-out toy tasks: 64 paired samples per version, enough for a sign test
     # to tell a rise from chance (bench learning's 59 gains and 0 losses give p = 3.5e-18).
