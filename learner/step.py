@@ -115,20 +115,6 @@ def first_response(samples: Sequence[Sample]) -> int:
     return min(len(s.prompt_ids) for s in samples) - 1
 
 
-def shared_prefix(samples: Sequence[Sample], limit: int) -> int:
-    """How many leading tokens every sample's prompt has in common, at most `limit`."""
-    first = samples[0].prompt_ids
-    common = min(limit, *(len(s.prompt_ids) for s in samples))
-    for sample in samples[1:]:
-        same = 0
-        for a, b in zip(first[:common], sample.prompt_ids[:common], strict=True):
-            if a != b:
-                break
-            same += 1
-        common = same
-    return common
-
-
 def learner_step(
     model: Any,
     optimizer: torch.optim.Optimizer,

@@ -15,17 +15,15 @@ from typing import Any
 
 import torch
 
+from actors.rollout.generation import shared_prompt_prefix
 from learner.objective import ppo_clipped_loss
-from learner.step import Sample, collate, first_response, shared_prefix, token_logprobs_and_entropy
-
-# Below this many shared prompt tokens, running the prefix apart costs more than it saves.
-MIN_SHARED_PREFIX = 16
+from learner.step import Sample, collate, first_response, token_logprobs_and_entropy
 
 
 @dataclass(frozen=True, slots=True)
 class TrainSettings:
     # Samples per forward pass. A group's turns share their prompt, which each pass runs once
-    # (`shared_prefix`), so a whole group of 8 costs little more memory than 4 would.
+    # (`shared_prompt_prefix`), so a whole group of 8 costs little more memory than 4 would.
     micro_batch: int = 8
     clip_eps: float = 0.2
     temperature: float = 1.0  # the rollout's sampling temperature (log-probs are taken at it)
@@ -77,8 +75,8 @@ def train_step(
     for chunk in micro_batches(samples, settings.micro_batch):
         batch = collate(chunk)
         start = first_response(chunk)
-        shared = shared_prefix(chunk, start) if len(chunk) > 1 else 0
-        shared = shared if shared >= MIN_SHARED_PREFIX else 0
+        # at most `start`: the common prefix leaves every prompt its last token
+        shared = shared_prompt_prefix([sample.prompt_ids for sample in chunk])
         new, entropy = token_logprobs_and_entropy(
             model, batch.input_ids.to(device), batch.attention_mask.to(device), settings.temperature,
             start=start, shared=shared,

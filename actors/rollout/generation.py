@@ -1,7 +1,8 @@
 """The interface of a rollout backend: token-id prompts in, sampled token ids with their log-probs out.
 
 Backends (`torch_backend`, `vllm_backend`) implement `GenerationBackend`; the LLM policy depends on this
-module only, so it imports neither torch nor vllm by itself.
+module only, so it imports neither torch nor vllm by itself. The shared-prompt rule (`shared_prompt_prefix`)
+is here too: the rollout's prefill and the learner's pass run the same prefix once.
 """
 
 from __future__ import annotations
@@ -31,3 +32,28 @@ class GenerationBackend(Protocol):
         seed: int = 0,
         seeds: Sequence[int] | None = None,
     ) -> list[Generation]: ...
+
+
+# Below this many common prompt tokens a separate prefix pass costs more than it saves.
+MIN_SHARED_PREFIX = 16
+
+
+def common_prefix(prompts: Sequence[Sequence[int]]) -> int:
+    """How many leading tokens all `prompts` share, leaving every prompt at least its last token (the
+    position the first reply token is sampled at, or scored from, must run in the row's own pass)."""
+    limit = min(len(p) for p in prompts) - 1
+    first = prompts[0]
+    for index in range(max(limit, 0)):
+        token = first[index]
+        if any(p[index] != token for p in prompts[1:]):
+            return index
+    return max(limit, 0)
+
+
+def shared_prompt_prefix(prompts: Sequence[Sequence[int]]) -> int:
+    """The prompt tokens worth running once for every row (the rollout's prefill, the learner's pass): the
+    common prefix of two or more prompts, 0 when it is too short to pay for a pass of its own."""
+    if len(prompts) < 2:
+        return 0
+    shared = common_prefix(prompts)
+    return shared if shared >= MIN_SHARED_PREFIX else 0

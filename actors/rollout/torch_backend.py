@@ -22,12 +22,9 @@ from typing import Any
 
 import torch
 
-from actors.rollout.generation import Generation
+from actors.rollout.generation import Generation, shared_prompt_prefix
 
 __all__ = ["Generation", "TorchBackend"]
-
-# Below this many common prompt tokens a separate prefix pass costs more than it saves.
-MIN_SHARED_PREFIX = 16
 
 
 class TorchBackend:
@@ -36,7 +33,6 @@ class TorchBackend:
         self.eos = eos_token_id
         self.pad = eos_token_id if pad_token_id is None else pad_token_id
         self.prefill_tokens = 0  # prompt tokens run through the model (a shared prefix counts once)
-        self.sampled_tokens = 0
 
     @property
     def device(self) -> torch.device:
@@ -56,15 +52,13 @@ class TorchBackend:
         row_seeds = [seed] * len(prompts) if seeds is None else list(seeds)
         if len(row_seeds) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(row_seeds)} seeds")
-        shared = common_prefix(prompts) if len(prompts) > 1 else 0
-        shared = shared if shared >= MIN_SHARED_PREFIX else 0
+        shared = shared_prompt_prefix(prompts)
         generators = [self._generator(s) for s in row_seeds]
         with torch.no_grad():
             past, input_ids, attention = self._prefill_shared(prompts, shared)
             tokens, logprobs = self._decode(
                 input_ids, attention, past, shared, generators, max_new_tokens, temperature, top_p
             )
-        self.sampled_tokens += sum(len(row) for row in tokens)
         return [self._trim(tokens[row], logprobs[row]) for row in range(len(prompts))]
 
     def _prefill_shared(
@@ -164,18 +158,6 @@ class TorchBackend:
         # The end-of-sequence token is kept: it is the policy's own action too (ending its turn).
         reason = "stop" if tokens and tokens[-1] == self.eos else "length"
         return Generation(tuple(tokens), tuple(logprobs), reason)
-
-
-def common_prefix(prompts: Sequence[Sequence[int]]) -> int:
-    """How many leading tokens all `prompts` share, leaving every prompt at least its last token (the
-    position the first reply token is sampled at must run in the row's own pass)."""
-    limit = min(len(p) for p in prompts) - 1
-    first = prompts[0]
-    for index in range(max(limit, 0)):
-        token = first[index]
-        if any(p[index] != token for p in prompts[1:]):
-            return index
-    return max(limit, 0)
 
 
 def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:

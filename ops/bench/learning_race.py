@@ -137,7 +137,7 @@ def _pipeline_side(
 ) -> tuple[list[tuple[float, int]], int, dict[int, Any]]:
     """The demo's training phase with the loop's settings; every published version with its minute, and
     the publications by version."""
-    from ops.demo.run import DemoSettings, Stage, train
+    from ops.demo.run import DemoSettings, Stage, publications, train
 
     settings = DemoSettings(
         name=f"race-{uuid.uuid4().hex[:6]}", minutes=args.minutes, toy_count=args.tasks,
@@ -152,22 +152,10 @@ def _pipeline_side(
     started = time.time()
     training = train(stage, run, b.split.train)
     say(f"  {len(training.versions)} versions, {training.trajectories_trained} trajectories trained")
-    publications = _publications(bootstrap, run)
+    published = publications(bootstrap, run)
     # a version's minute is when the learner announced it: the rollout may take it from then on
-    ready = [((p.meta.occurred_at_us / 1e6 - started) / 60, v) for v, p in publications.items()]
-    return sorted(ready), training.trajectories_trained, publications
-
-
-def _publications(bootstrap: str, run: str) -> dict[int, Any]:
-    from schemas.publications import PolicyPublished
-    from schemas.topics import POLICY_VERSIONS
-    from streams.kafka.reader import read_to_end
-
-    return {
-        value.version: value
-        for _topic, value in read_to_end(bootstrap, [POLICY_VERSIONS.of(run)])
-        if isinstance(value, PolicyPublished) and value.run_id == run
-    }
+    ready = [((p.meta.occurred_at_us / 1e6 - started) / 60, v) for v, p in published.items()]
+    return sorted(ready), training.trajectories_trained, published
 
 
 def _loop_scorer(b: Bench, states: dict[int, Any], args: argparse.Namespace) -> Callable[[int], Outcomes]:

@@ -11,7 +11,6 @@ every worker is stopped and the last published version is evaluated.
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 import threading
 import time
@@ -30,6 +29,7 @@ from ops.run_workers import Workers, worker_commands
 from ops.stack.images import sandbox_ref
 from schemas.blobs import LocalObjectStore
 from schemas.origin import Origin
+from schemas.publications import PolicyPublished
 
 PROGRESS_EVERY_S = 20.0
 TRAINING_EPISODES = 100_000  # the scheduler never runs out during the time budget
@@ -247,24 +247,26 @@ def training_summary(stage: Stage, run: str, seconds: float) -> Training:
 def learner_step_seconds(stats: Path) -> list[float]:
     """Each training step's seconds (every PPO pass of it), from the learner's stats file; none when the
     learner wrote none."""
-    if not stats.exists():
-        return []
-    steps = [json.loads(line) for line in stats.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return [round(sum(p["seconds"] for p in step["passes"]), 2) for step in steps]
+    from ops.report.learner_steps import read_stats
+
+    return [round(step.seconds, 2) for step in read_stats(stats)]
+
+
+def publications(bootstrap: str, run: str) -> dict[int, PolicyPublished]:
+    """Every PolicyPublished of `run` on its `policy.versions`, by version."""
+    from schemas.topics import POLICY_VERSIONS
+    from streams.kafka.reader import read_to_end
+
+    return {
+        value.version: value
+        for _topic, value in read_to_end(bootstrap, [POLICY_VERSIONS.of(run)])
+        if isinstance(value, PolicyPublished) and value.run_id == run
+    }
 
 
 def published_versions(bootstrap: str, run: str) -> list[tuple[int, int]]:
     """(version, trajectories trained into it) of every PolicyPublished of `run`, in version order."""
-    from schemas.publications import PolicyPublished
-    from schemas.topics import POLICY_VERSIONS
-    from streams.kafka.reader import read_to_end
-
-    found = {
-        value.version: value.trajectories
-        for _topic, value in read_to_end(bootstrap, [POLICY_VERSIONS.of(run)])
-        if isinstance(value, PolicyPublished) and value.run_id == run
-    }
-    return sorted(found.items())
+    return sorted((version, p.trajectories) for version, p in publications(bootstrap, run).items())
 
 
 def schedule(

@@ -4,7 +4,8 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from actors.rollout.torch_backend import TorchBackend, common_prefix
+from actors.rollout.generation import common_prefix
+from actors.rollout.torch_backend import TorchBackend
 from learner.step import Sample, collate, token_logprobs
 
 EOS = 2

@@ -5,12 +5,12 @@ import math
 import pytest
 import torch
 
+from actors.rollout.generation import common_prefix
 from learner.lora import Adaptation, adapt, trainable_parameters
 from learner.step import (
     Sample,
     collate,
     first_response,
-    shared_prefix,
     token_logprobs,
     token_logprobs_and_entropy,
 )
@@ -152,7 +152,11 @@ def test_positions_before_the_first_response_token_are_not_scored() -> None:
         whole = token_logprobs(model, batch.input_ids, batch.attention_mask)
         start = first_response(samples)
         late, _entropy = token_logprobs_and_entropy(
-            model, batch.input_ids, batch.attention_mask, start=start, shared=shared_prefix(samples, start)
+            model,
+            batch.input_ids,
+            batch.attention_mask,
+            start=start,
+            shared=common_prefix([s.prompt_ids for s in samples]),
         )
     assert late.shape == (2, whole.shape[1] - start)
     assert torch.allclose(late, whole[:, start:], atol=1e-5)

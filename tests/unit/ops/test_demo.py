@@ -155,18 +155,21 @@ def test_the_curve_evaluates_evenly_spaced_versions_between_the_first_and_the_la
 
 def test_the_training_summary_says_where_the_minutes_went(tmp_path: Path) -> None:
     import json
+    from dataclasses import asdict, replace
 
+    from learner.trainer import TrainStats
     from ops.demo.run import learner_step_seconds
     from ops.demo.summary import Training
 
+    def line(version: int, last_s: float) -> str:
+        # as the learner writes it: the last pass under "train", every pass under "passes"
+        first = TrainStats(0.1, 1.0, 0.0, 0.5, samples=8, tokens=200, seconds=4.0)
+        last = replace(first, seconds=last_s)
+        passes = [asdict(first), asdict(last)]
+        return json.dumps({"version": version, "trajectories": 8, "train": asdict(last), "passes": passes})
+
     stats = tmp_path / "stats.jsonl"
-    stats.write_text(
-        "\n".join(
-            json.dumps({"version": v, "passes": [{"seconds": 4.0}, {"seconds": s}]})
-            for v, s in ((1, 5.5), (2, 3.25), (3, 4.0))
-        )
-        + "\n"
-    )
+    stats.write_text("\n".join(line(v, s) for v, s in ((1, 5.5), (2, 3.25), (3, 4.0))) + "\n")
     steps = learner_step_seconds(stats)
     assert steps == [9.5, 7.25, 8.0]
     assert learner_step_seconds(tmp_path / "absent.jsonl") == []
