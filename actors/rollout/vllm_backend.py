@@ -6,19 +6,32 @@ Prompts go in as token ids (the `ChatPromptEncoder`'s, so sampler and learner sh
 has its own seed (`SamplingParams.seed`); `logprobs=0` returns the log-prob of each sampled token, asked
 for after temperature scaling ("processed" log-probs) to match the torch backend's definition.
 
+Hot swap (`VllmWeightsTarget`, the `WeightsTarget` of `actors.rollout.weights`): a published version's
+tensors (Hugging Face names: the learner's merged weights) go to every worker of the engine through
+`LLM.collective_rpc`, into the model's own `load_weights` (which maps q/k/v onto vLLM's fused projections),
+and the prefix cache is reset: a cached prompt prefix holds keys and values the old weights computed. The
+shapes a publication is checked against come from the model folder's safetensors headers, the names the
+learner publishes, not from vLLM's fused parameters.
+
 NOT RUN HERE: this machine has no GPU and vllm is not installed. The import guard, the pure conversion of
-vLLM's outputs (`to_generation`) and the backend contract on a scripted engine are unit-tested
-(tests/unit/actors/test_backend_contract.py, whose `vllm-real` case runs the contract on a real engine
-with `pytest -m gpu` where vllm is installed).
+vLLM's outputs (`to_generation`), the checkpoint's shapes, and the backend and weights-target contracts on
+a scripted engine are unit-tested (tests/unit/actors/test_backend_contract.py and test_weights_targets.py,
+whose `vllm-real` cases run the same contracts on a real engine with `pytest -m gpu` where vllm is
+installed).
 """
 
 from __future__ import annotations
 
+import json
+import struct
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from actors.rollout.generation import Generation
+
+if TYPE_CHECKING:
+    import torch
 
 
 class BackendUnavailable(RuntimeError):
@@ -74,10 +87,6 @@ class VllmBackend:
         outputs = self.llm.generate(inputs, params, use_tqdm=False)
         return [to_generation(output.outputs[0]) for output in outputs]
 
-    def load_weights(self, model_dir: Path) -> None:
-        """New weights (a published policy version) into the running engine, between episodes."""
-        self.llm.collective_rpc("reload_weights", kwargs={"model_path": str(model_dir)})
-
 
 def sampling_kwargs(
     max_new_tokens: int, temperature: float, top_p: float, seed: int, eos_token_id: int
@@ -103,3 +112,47 @@ def to_generation(completion: Any) -> Generation:
     logprobs = tuple(float(step[token].logprob) for step, token in zip(steps, token_ids, strict=True))
     reason = "stop" if completion.finish_reason == "stop" else "length"
     return Generation(token_ids, logprobs, reason)
+
+
+class VllmWeightsTarget:
+    """A running vLLM engine as the receiver of hot-swapped weights (`actors.rollout.weights`)."""
+
+    def __init__(self, llm: Any, model_dir: Path) -> None:
+        self.llm = llm
+        self._shapes = checkpoint_shapes(model_dir)
+
+    def shapes(self) -> Mapping[str, tuple[int, ...]]:
+        return self._shapes
+
+    def load(self, tensors: Mapping[str, torch.Tensor]) -> None:
+        named = [(name, tensor.detach().cpu()) for name, tensor in tensors.items()]
+        loaded = self.llm.collective_rpc(load_into_worker, args=(named,))
+        if any(count != len(named) for count in loaded):
+            raise RuntimeError(f"a worker loaded {loaded} of {len(named)} tensors")
+        # Cached prefixes hold keys and values of the old weights: sampling must not reuse them.
+        self.llm.reset_prefix_cache()
+
+
+def load_into_worker(worker: Any, named: list[tuple[str, torch.Tensor]]) -> int:
+    """Run inside each vLLM worker (`collective_rpc` calls it with the worker): the tensors into its model;
+    how many were given, for the caller to check every worker took them all."""
+    worker.model_runner.model.load_weights(weights=iter(named))
+    return len(named)
+
+
+def checkpoint_shapes(model_dir: Path) -> dict[str, tuple[int, ...]]:
+    """Every tensor's name and shape in the model folder's safetensors files, read from their headers (an
+    8-byte little-endian length, then JSON) without loading a weight. A tied output head is not stored, so
+    it is not named: a publication naming it is refused as an unknown tensor."""
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        raise BackendUnavailable(f"no *.safetensors in {model_dir}: hot swap checks weights against them")
+    shapes: dict[str, tuple[int, ...]] = {}
+    for path in files:
+        with path.open("rb") as f:
+            (length,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(length))
+        for name, entry in header.items():
+            if name != "__metadata__":
+                shapes[name] = tuple(int(n) for n in entry["shape"])
+    return shapes

@@ -112,6 +112,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --pipeline: the pipeline's rollout worker processes (the loop is one process)",
     )
     parser.add_argument(
+        "--batch-linger-ms",
+        type=kit.non_negative_int,
+        metavar="MS",
+        default=4000,
+        help="with --pipeline: how long the rollout holds a batch open until every episode in flight asked",
+    )
+    parser.add_argument(
         "--eval-every",
         type=kit.positive_float,
         metavar="MIN",

@@ -144,6 +144,7 @@ def _pipeline_side(
         toy_variant=args.variant, group_size=args.group, max_steps=1,
         # in flight (and in one rollout batch) at most what the loop samples at once: one step's groups
         capacity=args.tasks_per_step * args.group, rollouts=args.rollouts,
+        batch_linger_ms=args.batch_linger_ms,
         max_new_tokens=args.max_new_tokens, lora_rank=args.lora_rank, lr=args.lr,
         lora_targets=args.lora_targets, epochs=args.epochs, temperature=args.temperature,
     )  # fmt: skip
@@ -220,7 +221,8 @@ def render(
     return f"""{SECTION}
 
 `trialog bench learning --pipeline --minutes {args.minutes:g} --eval-every {args.eval_every:g} \
---rollouts {args.rollouts} --variant {args.variant} --tasks {args.tasks} \
+--rollouts {args.rollouts} --batch-linger-ms {args.batch_linger_ms} \
+--variant {args.variant} --tasks {args.tasks} \
 --tasks-per-step {args.tasks_per_step} --group {args.group} \
 --eval-per-task {args.eval_per_task} --lr {args.lr} --epochs {args.epochs} --lora-rank {args.lora_rank} \
 --lora-targets {args.lora_targets} --max-new-tokens {args.max_new_tokens} --temperature {args.temperature} \

@@ -74,6 +74,20 @@ def register(subparsers: kit.Subparsers) -> None:
         "on 2 cores two were measured slower than one (BENCHMARKS.md, learning: pipeline against the loop)",
     )
     demo.add_argument(
+        "--backend",
+        choices=("torch", "vllm"),
+        default="torch",
+        help="the rollout's generation backend (vllm needs a GPU and the `gpu` extra)",
+    )
+    demo.add_argument(
+        "--batch-linger-ms",
+        type=kit.non_negative_int,
+        metavar="MS",
+        default=4000,
+        help="how long the rollout holds a batch open until every episode in flight has asked "
+        "(0: answer what one poll brings)",
+    )
+    demo.add_argument(
         "--eval-capacity",
         type=kit.positive_int,
         metavar="N",
@@ -149,6 +163,8 @@ def settings_from_args(args: argparse.Namespace) -> DemoSettings:
         capacity=args.capacity,
         eval_capacity=args.eval_capacity,
         rollouts=args.rollouts,
+        batch_linger_ms=args.batch_linger_ms,
+        backend=args.backend,
         eval_per_task=args.eval_per_task,
         eval_versions=args.eval_versions,
         max_steps=args.max_steps,

@@ -51,6 +51,12 @@ class DemoSettings:
     # episodes by partition. On 2 cores a second one was measured slower (two half-size batches;
     # BENCHMARKS.md, "learning: pipeline against the loop"); a bigger machine has cores to give it.
     rollouts: int = 1
+    # How long the rollout holds a batch open until every episode in flight has asked (its batch is the
+    # capacity): without it the episodes split into cohorts answered in alternating half-full batches.
+    batch_linger_ms: int = 4000
+    # The rollout's generation backend: torch (CPU or GPU), or vllm on a GPU machine (hot swap included;
+    # not run on this CPU machine: README, "What has and has not been run").
+    backend: str = "torch"
     # 16 seeds on each of the 4 held-out toy tasks: 64 paired samples per version, enough for a sign test
     # to tell a rise from chance (bench learning's 59 gains and 0 losses give p = 3.5e-18).
     eval_per_task: int = 16
@@ -115,12 +121,15 @@ class Stage:
 
     def rollout_args(self, *, versions_run: str | None, pin: int | None, batch: int) -> list[str]:
         args = ["--model", str(self.model), "--max-new-tokens", str(self.settings.max_new_tokens)]
+        args += ["--backend", self.settings.backend]
         # The learner writes the weights to this stage's object store: the rollout must read that one, not
         # whatever store its own environment would default to.
         args += ["--objects", str(self.paths.objects)]
         # One torch thread: beside the learner and the sandboxes, two threads spin on each other (measured
         # 24 s against 90 s for the same batch on this 2-core machine under load).
         args += ["--batch", str(batch), "--threads", "1"]
+        if self.settings.batch_linger_ms:
+            args += ["--batch-linger-ms", str(self.settings.batch_linger_ms)]
         if versions_run is not None:
             args += ["--versions-run", versions_run]
         if pin is not None:

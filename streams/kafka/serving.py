@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -68,6 +69,12 @@ class LoopSettings:
     # arriving meanwhile on one that had some waits for it. Measured on an idle consumer here: 10 ms costs
     # 14% of a core in empty fetches, 50 ms 2.9%, 500 ms 0.4%.
     fetch_max_wait_ms: int = 50
+    # How long a batching worker holds a batch open for more requests once it has some, until it has
+    # `max_batch` (Kafka's linger.ms, for a consumer). Episodes in flight fall into cohorts: the requests
+    # that arrive while a batch is generating form the next one, so a rollout serving 8 episodes can keep
+    # answering alternating batches of 3 and 5 at half the tokens per second of one batch of 8 (measured:
+    # BENCHMARKS.md "learning: pipeline against the loop"). 0 answers what one poll brought.
+    batch_linger_ms: int = 0
 
 
 def connected(bootstrap: str, stopping: threading.Event, say: Callable[[str], None] | None = None) -> bool:
@@ -151,6 +158,8 @@ def serve_requests(
     try:
         while not stopping.is_set():
             polled = poll(consumer, settings.poll_timeout_ms, stopping)
+            if prepare is not None and polled and settings.batch_linger_ms > 0:
+                polled = lingered(consumer, polled, settings, stopping)
             if prepare is not None and polled:
                 try:
                     prepare([record for records in polled.values() for record in records])
@@ -192,16 +201,43 @@ def trace_headers(record: Any) -> list[tuple[str, bytes]]:
     return tracing.outgoing_headers(record.headers)
 
 
-def poll(consumer: Any, timeout_ms: int, stopping: threading.Event) -> Mapping[Any, Sequence[Any]]:
-    """The next records, or none while Kafka is unreachable (after a pause)."""
+def poll(
+    consumer: Any, timeout_ms: int, stopping: threading.Event, max_records: int | None = None
+) -> Mapping[Any, Sequence[Any]]:
+    """The next records (at most `max_records`, else the consumer's own limit), or none while Kafka is
+    unreachable (after a pause)."""
     try:
-        polled: Mapping[Any, Sequence[Any]] = consumer.poll(timeout_ms=timeout_ms)
+        polled: Mapping[Any, Sequence[Any]] = consumer.poll(timeout_ms=timeout_ms, max_records=max_records)
     except KafkaError as exc:
         log.warning("Kafka unreachable while polling (%s); retrying", exc)
         stopping.wait(RETRY_S)
         return {}
     metrics.kafka_python_lag(consumer)
     return polled
+
+
+def lingered(
+    consumer: Any,
+    polled: Mapping[Any, Sequence[Any]],
+    settings: LoopSettings,
+    stopping: threading.Event,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> dict[Any, list[Any]]:
+    """`polled` and what more polls bring within `settings.batch_linger_ms`, up to `settings.max_batch`
+    records in all; each partition's records stay in offset order (a later poll continues where the last
+    one stopped), so serving and committing them in order is unchanged."""
+    merged = {partition: list(records) for partition, records in polled.items()}
+    count = sum(len(records) for records in merged.values())
+    deadline = monotonic() + settings.batch_linger_ms / 1000
+    while count < settings.max_batch and not stopping.is_set():
+        left_ms = round((deadline - monotonic()) * 1000)
+        if left_ms <= 0:
+            break
+        more = poll(consumer, min(left_ms, settings.poll_timeout_ms), stopping, settings.max_batch - count)
+        for partition, records in more.items():
+            merged.setdefault(partition, []).extend(records)
+            count += len(records)
+    return merged
 
 
 def serve_in_order(

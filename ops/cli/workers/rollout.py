@@ -6,7 +6,8 @@ reference solutions of the tasks under `--solutions DIR`; `random` draws among h
 submit, seeded by each request's sampling seed and step; `llm` samples from a language model (`--model DIR`,
 default: the folder `trialog model prepare` made) through a backend (`torch` on CPU or GPU, `vllm` on a GPU),
 answering up to `--batch` queued requests with one batched generate. With `--versions-run RUN` it loads
-the weights RUN's learner publishes between requests (`--pin-version V`: version V only, for evaluations).
+the weights RUN's learner publishes between requests, into the torch model or the vLLM engine
+(`--pin-version V`: version V only, for evaluations).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from streams.errors import StackError
 
 if TYPE_CHECKING:
     from actors.rollout.policy import Policy
-    from actors.rollout.weights import WeightsWatcher
+    from actors.rollout.weights import WeightsTarget, WeightsWatcher
 
 POLICIES = ("scripted", "random", "llm")
 BACKENDS = ("torch", "vllm")
@@ -79,6 +80,15 @@ def add_llm_arguments(command: argparse.ArgumentParser) -> None:
         help="llm: queued requests answered per batched generate",
     )
     command.add_argument(
+        "--batch-linger-ms",
+        type=kit.non_negative_int,
+        metavar="MS",
+        default=0,
+        help="llm: hold a batch open this long for more requests, until it has --batch of them (0: answer "
+        "what one poll brings). Episodes in flight otherwise split into cohorts that alternate half-full "
+        "batches, at about half the tokens per second on a CPU",
+    )
+    command.add_argument(
         "--threads",
         type=kit.non_negative_int,
         metavar="N",
@@ -107,12 +117,14 @@ def make_policy(args: argparse.Namespace) -> Policy:
 
     if args.pin_version is not None and args.versions_run is None:
         raise ValueError("--pin-version needs --versions-run")
-    if args.versions_run is not None and (args.policy != "llm" or args.backend != "torch"):
-        raise ValueError("--versions-run needs --policy llm --backend torch")
+    if args.versions_run is not None and args.policy != "llm":
+        raise ValueError("--versions-run needs --policy llm")
     if args.policy == "llm":
         return _llm_policy(args)
     if args.batch != 1:
         raise ValueError("--batch is for --policy llm")
+    if args.batch_linger_ms:
+        raise ValueError("--batch-linger-ms is for --policy llm")
     if args.policy == "random":
         if args.actions or args.solutions:
             raise ValueError("--actions and --solutions are for --policy scripted")
@@ -128,19 +140,25 @@ def _llm_policy(args: argparse.Namespace) -> Policy:
 
     if args.actions or args.solutions:
         raise ValueError("--actions and --solutions are for --policy scripted")
+    if args.backend == "vllm":  # before a tokenizer or a model is read: a missing engine fails in seconds
+        from actors.rollout.vllm_backend import import_vllm
+
+        import_vllm()
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
-    model = args.model
-    if model is None:
-        from learner.model import prepare_model
-        from ops.paths import Paths
+    model = args.model or _model_dir()
+    tokens = args.max_new_tokens
+    return load_llm_policy(model, backend=args.backend, device=args.device, max_new_tokens=tokens)
 
-        model = prepare_model(Paths.from_env().cache)
-    return load_llm_policy(
-        model, backend=args.backend, device=args.device, max_new_tokens=args.max_new_tokens
-    )
+
+def _model_dir() -> Path:
+    """The folder `trialog model prepare` made (prepared now if it is not there)."""
+    from learner.model import prepare_model
+    from ops.paths import Paths
+
+    return prepare_model(Paths.from_env().cache)
 
 
 PIN_WAIT_S = 300.0
@@ -149,21 +167,18 @@ PIN_WAIT_S = 300.0
 def _weights(args: argparse.Namespace, policy: Policy, bootstrap: str) -> WeightsWatcher | None:
     """The hot-swap watcher `--versions-run` asks for (None without it); with `--pin-version`, only once
     the pinned version is loaded: an evaluation must never answer with other weights."""
-    from actors.rollout.weights import KafkaPublications, TorchModelTarget, WeightsWatcher
+    from actors.rollout.weights import KafkaPublications, WeightsWatcher
     from ops.console import say
     from ops.paths import Paths
     from schemas.blobs import LocalObjectStore
 
     if args.versions_run is None:
         return None
-    model = getattr(getattr(policy, "backend", None), "model", None)
-    if model is None:  # make_policy refused the other backends: a torch policy without a model is a bug
-        raise StackError(f"policy {policy.name} has no torch model to load weights into", "report it")
     store = LocalObjectStore(args.objects or Paths.from_env().objects)
     watcher = WeightsWatcher(
         KafkaPublications(bootstrap, args.versions_run),
         store,
-        TorchModelTarget(model),
+        _weights_target(args, policy),
         args.versions_run,
         pin=args.pin_version,
     )
@@ -179,6 +194,20 @@ def _weights(args: argparse.Namespace, policy: Policy, bootstrap: str) -> Weight
             time.sleep(1.0)
         say(f"rollout: pinned to policy version {args.pin_version} of {args.versions_run}")
     return watcher
+
+
+def _weights_target(args: argparse.Namespace, policy: Policy) -> WeightsTarget:
+    """What a published version is loaded into: the torch model, or the running vLLM engine."""
+    from actors.rollout.vllm_backend import VllmBackend, VllmWeightsTarget
+    from actors.rollout.weights import TorchModelTarget
+
+    backend = getattr(policy, "backend", None)
+    if isinstance(backend, VllmBackend):
+        return VllmWeightsTarget(backend.llm, args.model or _model_dir())
+    model = getattr(backend, "model", None)
+    if model is None:  # make_policy built an llm policy: a backend without a model is a bug
+        raise StackError(f"policy {policy.name} has no model to load weights into", "report it")
+    return TorchModelTarget(model)
 
 
 def _cmd_worker_rollout(args: argparse.Namespace) -> int:
@@ -197,7 +226,9 @@ def _cmd_worker_rollout(args: argparse.Namespace) -> int:
     bootstrap = kit.bootstrap_of(args)
     origin = Origin.system("rollout", args.instance)
     worker = RolloutWorker(policy, origin, _weights(args, policy, bootstrap))
-    settings = LoopSettings(bootstrap, args.group, args.run, max_batch=args.batch)
+    settings = LoopSettings(
+        bootstrap, args.group, args.run, max_batch=args.batch, batch_linger_ms=args.batch_linger_ms
+    )
     loop = RequestLoop(ROUTE, worker.handle, settings, origin, handle_batch=worker.handle_batch)
     kit.worker_logging()
     where = f"{loop.requests_topic} on {bootstrap}, group {args.group}"

@@ -100,6 +100,22 @@ def test_rollout_cli_makes_the_policy(tmp_path: Path) -> None:
         rollout_cli.make_policy(_parse(rollout_cli.register, ["rollout"]))
 
 
+def test_rollout_cli_checks_the_llm_options_before_loading_a_model() -> None:
+    for argv, refusal in [
+        (["--policy", "random", "--versions-run", "r"], "--versions-run needs --policy llm"),
+        (["--policy", "random", "--batch-linger-ms", "500"], "--batch-linger-ms is for --policy llm"),
+        (["--policy", "random", "--batch", "4"], "--batch is for --policy llm"),
+    ]:
+        with pytest.raises(ValueError, match=refusal):
+            rollout_cli.make_policy(_parse(rollout_cli.register, ["rollout", *argv]))
+    # Hot swap is no longer refused with vLLM: here the engine itself is what is missing, and it says so.
+    from actors.rollout.vllm_backend import BackendUnavailable
+
+    vllm = ["rollout", "--policy", "llm", "--backend", "vllm", "--versions-run", "r", "--model", "/nowhere"]
+    with pytest.raises(BackendUnavailable, match="needs the vllm package"):
+        rollout_cli.make_policy(_parse(rollout_cli.register, vllm))
+
+
 def test_verifier_cli_arguments() -> None:
     args = _parse(verifier_cli.register, ["verifier", "--tasks", "a", "--tasks", "b", "--objects", "o"])
     assert args.tasks == [Path("a"), Path("b")] and args.objects == Path("o")

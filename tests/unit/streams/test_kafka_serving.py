@@ -36,7 +36,7 @@ class FlakyConsumer:
     def seek(self, partition: Any, offset: int) -> None:
         self.seeks.append(offset)
 
-    def poll(self, timeout_ms: int) -> dict[Any, list[Record]]:
+    def poll(self, timeout_ms: int, max_records: int | None = None) -> dict[Any, list[Record]]:
         raise KafkaConnectionError("broker down")
 
 
@@ -65,6 +65,61 @@ def test_a_failed_commit_rewinds_to_the_record_instead_of_crashing(monkeypatch: 
 def test_a_poll_while_kafka_is_down_returns_nothing(monkeypatch: Any) -> None:
     monkeypatch.setattr(kafka_serving, "RETRY_S", 0.0)
     assert poll(FlakyConsumer(), 100, threading.Event()) == {}
+
+
+@dataclass
+class ArrivingConsumer:
+    """Hands out scripted polls, one per call, and records what each call asked for; the clock moves by each
+    poll's timeout when it returns nothing (the broker held the fetch that long)."""
+
+    polls: list[dict[Any, list[Record]]]
+    now: float = 0.0
+    asked: list[tuple[int, int | None]] = field(default_factory=list)
+
+    def poll(self, timeout_ms: int, max_records: int | None = None) -> dict[Any, list[Record]]:
+        self.asked.append((timeout_ms, max_records))
+        got = self.polls.pop(0) if self.polls else {}
+        if not got:
+            self.now += timeout_ms / 1000
+        return got
+
+
+TP1 = TopicPartition("sandbox.requests", 1)
+
+
+def test_a_lingering_batch_waits_for_more_requests_until_it_is_full() -> None:
+    consumer = ArrivingConsumer([{}, {TP: [Record(7)], TP1: [Record(3)]}, {TP: [Record(8)]}])
+    settings = kafka_serving.LoopSettings("127.0.0.1:1", "g", max_batch=4, batch_linger_ms=2000)
+    got = kafka_serving.lingered(
+        consumer, {TP: [Record(6)]}, settings, threading.Event(), monotonic=lambda: consumer.now
+    )
+    assert got == {TP: [Record(6), Record(7), Record(8)], TP1: [Record(3)]}  # each partition in offset order
+    # Each poll asks only for the room left, and the linger stops as soon as the batch is full.
+    assert [limit for _, limit in consumer.asked] == [3, 3, 1]
+    assert consumer.polls == []
+
+
+def test_a_lingering_batch_is_answered_when_the_linger_runs_out() -> None:
+    consumer = ArrivingConsumer([{}, {TP: [Record(7)]}])
+    settings = kafka_serving.LoopSettings("127.0.0.1:1", "g", max_batch=8, batch_linger_ms=1200)
+    got = kafka_serving.lingered(
+        consumer, {TP: [Record(6)]}, settings, threading.Event(), monotonic=lambda: consumer.now
+    )
+    assert got == {TP: [Record(6), Record(7)]}
+    assert consumer.now == pytest.approx(1.2)  # never past the linger: the last poll waits only what is left
+    assert [timeout for timeout, _ in consumer.asked] == [500, 500, 500, 200]
+
+
+def test_a_full_poll_or_a_stopping_worker_does_not_linger() -> None:
+    settings = kafka_serving.LoopSettings("127.0.0.1:1", "g", max_batch=2, batch_linger_ms=5000)
+    full = ArrivingConsumer([])
+    polled = {TP: [Record(1), Record(2)]}
+    assert kafka_serving.lingered(full, polled, settings, threading.Event()) == polled and full.asked == []
+    stopping = threading.Event()
+    stopping.set()
+    stopped = ArrivingConsumer([])
+    assert kafka_serving.lingered(stopped, {TP: [Record(1)]}, settings, stopping) == {TP: [Record(1)]}
+    assert stopped.asked == []
 
 
 def test_connected_waits_for_kafka_saying_so_until_stopped(monkeypatch: Any) -> None:
