@@ -115,8 +115,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--batch-linger-ms",
         type=kit.non_negative_int,
         metavar="MS",
-        default=4000,
-        help="with --pipeline: how long the rollout holds a batch open until every episode in flight asked",
+        default=0,
+        help="with --pipeline: how long the rollout holds a batch open for more requests (0: none)",
     )
     parser.add_argument(
         "--eval-every",

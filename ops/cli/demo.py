@@ -83,9 +83,17 @@ def register(subparsers: kit.Subparsers) -> None:
         "--batch-linger-ms",
         type=kit.non_negative_int,
         metavar="MS",
-        default=4000,
-        help="how long the rollout holds a batch open until every episode in flight has asked "
-        "(0: answer what one poll brings)",
+        default=0,
+        help="how long the rollout holds a batch open for --rollout-batch requests (0: answer what one "
+        "poll brings; on 2 cores a linger was measured no faster, BENCHMARKS.md demo)",
+    )
+    demo.add_argument(
+        "--rollout-batch",
+        type=kit.positive_int,
+        metavar="N",
+        default=8,
+        help="requests per batched generate while training (at most --capacity); below the capacity, one "
+        "batch generates while the others' episodes are in their sandboxes and verifiers",
     )
     demo.add_argument(
         "--eval-capacity",
@@ -164,6 +172,7 @@ def settings_from_args(args: argparse.Namespace) -> DemoSettings:
         eval_capacity=args.eval_capacity,
         rollouts=args.rollouts,
         batch_linger_ms=args.batch_linger_ms,
+        rollout_batch=args.rollout_batch,
         backend=args.backend,
         eval_per_task=args.eval_per_task,
         eval_versions=args.eval_versions,

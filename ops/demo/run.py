@@ -51,9 +51,13 @@ class DemoSettings:
     # episodes by partition. On 2 cores a second one was measured slower (two half-size batches;
     # BENCHMARKS.md, "learning: pipeline against the loop"); a bigger machine has cores to give it.
     rollouts: int = 1
-    # How long the rollout holds a batch open until every episode in flight has asked (its batch is the
-    # capacity): without it the episodes split into cohorts answered in alternating half-full batches.
-    batch_linger_ms: int = 4000
+    # Requests per batched generate while training (at most the capacity). Below the capacity, one batch
+    # generates while the other episodes are in their sandboxes and verifiers.
+    rollout_batch: int = 8
+    # How long the rollout holds a batch open for `rollout_batch` requests (0: what one poll brings). On
+    # 2 cores neither lever gained (BENCHMARKS.md "demo": rollout batching levers): the CPU, not the batch
+    # fill, bounds generation there. A machine with cores to spare for the sandboxes may differ.
+    batch_linger_ms: int = 0
     # The rollout's generation backend: torch (CPU or GPU), or vllm on a GPU machine (hot swap included;
     # not run on this CPU machine: README, "What has and has not been run").
     backend: str = "torch"
@@ -228,7 +232,8 @@ def training_target(settings: DemoSettings, run: str, episodes: int = TRAINING_E
 def start_training(stage: Stage, run: str, tasks: Sequence[Path]) -> Workers:
     """Publish the tasks and start the run's workers with the learner; the rollout hot-swaps its weights."""
     stage.publish(run, tasks)
-    args = stage.rollout_args(versions_run=run, pin=None, batch=stage.settings.capacity)
+    s = stage.settings
+    args = stage.rollout_args(versions_run=run, pin=None, batch=min(s.rollout_batch, s.capacity))
     workers = stage.workers(run, tasks, args)
     workers.start({"learner": stage.learner_command(run)})
     return workers

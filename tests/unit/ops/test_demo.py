@@ -206,3 +206,24 @@ def test_more_rollout_workers_join_the_same_consumer_group(
     assert started["rollout-2"] == started["rollout"]
     assert started["rollout"][started["rollout"].index("--group") + 1] == "d-train.trialog-rollout"
     assert DemoSettings("d").rollouts == 1
+
+
+def test_the_rollout_options_follow_the_demo_settings(tmp_path: Path) -> None:
+    from ops.demo.run import DemoSettings, Stage
+    from ops.paths import Paths
+
+    paths = Paths(tmp_path / "home", tmp_path / "cache")
+    plain = Stage(paths, "127.0.0.1:1", tmp_path / "model", settings_from_args(_parse("--name", "d")))
+    args = plain.rollout_args(versions_run="d-train", pin=None, batch=8)
+    assert "--batch-linger-ms" not in args and args[args.index("--backend") + 1] == "torch"
+    chosen = settings_from_args(
+        _parse("--backend", "vllm", "--batch-linger-ms", "500", "--rollout-batch", "4")
+    )
+    assert (chosen.backend, chosen.batch_linger_ms, chosen.rollout_batch) == ("vllm", 500, 4)
+    stage = Stage(
+        paths, "127.0.0.1:1", tmp_path / "model", DemoSettings("d", batch_linger_ms=500, backend="vllm")
+    )
+    args = stage.rollout_args(versions_run="d-train", pin=None, batch=4)
+    assert args[args.index("--batch-linger-ms") + 1] == "500" and args[args.index("--backend") + 1] == "vllm"
+    with pytest.raises(SystemExit):
+        _parse("--backend", "tpu")
