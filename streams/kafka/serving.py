@@ -207,7 +207,8 @@ def poll(
     """The next records (at most `max_records`, else the consumer's own limit), or none while Kafka is
     unreachable (after a pause)."""
     try:
-        polled: Mapping[Any, Sequence[Any]] = consumer.poll(timeout_ms=timeout_ms, max_records=max_records)
+        limit = {} if max_records is None else {"max_records": max_records}  # a bare poll as before
+        polled: Mapping[Any, Sequence[Any]] = consumer.poll(timeout_ms=timeout_ms, **limit)
     except KafkaError as exc:
         log.warning("Kafka unreachable while polling (%s); retrying", exc)
         stopping.wait(RETRY_S)

@@ -36,7 +36,7 @@ class FlakyConsumer:
     def seek(self, partition: Any, offset: int) -> None:
         self.seeks.append(offset)
 
-    def poll(self, timeout_ms: int, max_records: int | None = None) -> dict[Any, list[Record]]:
+    def poll(self, timeout_ms: int) -> dict[Any, list[Record]]:
         raise KafkaConnectionError("broker down")
 
 
