@@ -8,6 +8,13 @@ recorded one: `RewardAssigned` (and the snapshot it says it graded), `EpisodeCom
 `TrajectoryCompleted` the learner reads. Any field that differs is a `Difference`; an episode that could
 not be graded again (its task or snapshot unavailable, a sandbox failure) is an error, never a pass.
 
+The reward is composed again under the reward configuration the recheck is given (`--reward-config`; the
+brief's rule by default): the outcome's share from the fresh grade, and each component the RewardAssigned
+recorded measured again (efficiency from the log's actions and step budget, the size of the change from the
+regraded workspace), each compared by name; a grade recorded under another configuration version is a
+difference of its own. Components measured while the run ran (speed, memory, processes left running) are
+composed as recorded: a second run would time them differently, so they are not compared.
+
 The comparison is pure (`compare`); grading goes through the `Grader` and `TaskSource` protocols.
 """
 
@@ -19,6 +26,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from actors.tasks.reward_config import DEFAULT as DEFAULT_REWARD
+from actors.tasks.reward_config import MEASURED_AT_RUN, RewardConfig, compose, efficiency, small_change
 from actors.tasks.spec import Task
 from actors.verifier.grading import Grader
 from actors.verifier.tasks import TaskSource, TaskUnavailable
@@ -40,6 +49,10 @@ class RecordedGrade:
     passed: int | None = None
     total: int | None = None
     snapshot_id: str | None = None  # the snapshot the record says was graded (RewardAssigned only)
+    # RewardAssigned only (since its v4): the outcome's share, each component, the configuration version.
+    outcome_reward: float | None = None
+    components: tuple[tuple[str, float], ...] = ()
+    reward_config: str | None = None
 
 
 @dataclass(frozen=True)
@@ -50,6 +63,9 @@ class FreshGrade:
     total: int
     snapshot_id: str
     detail: str = ""
+    outcome_reward: float | None = None
+    components: tuple[tuple[str, float], ...] = ()
+    reward_config: str | None = None
 
 
 @dataclass(frozen=True)
@@ -70,7 +86,8 @@ def recorded_grades(episode: EpisodeLog) -> list[RecordedGrade]:
         grades.append(
             RecordedGrade(
                 "RewardAssigned", reward.reward, reward.verdict.value, reward.passed, reward.total,
-                reward.meta.snapshot_id,
+                reward.meta.snapshot_id, reward.outcome_reward, reward.components,
+                reward.versions.reward_config if reward.versions is not None else None,
             )
         )  # fmt: skip
     if (completed := episode.completed) is not None:
@@ -99,7 +116,7 @@ def compare(recorded: Sequence[RecordedGrade], fresh: FreshGrade) -> list[Differ
     """Each field of each recorded grade that the fresh grade contradicts."""
     differences: list[Difference] = []
     for grade in recorded:
-        if not math.isclose(grade.reward, fresh.reward, rel_tol=0.0, abs_tol=REWARD_TOLERANCE):
+        if not _close(grade.reward, fresh.reward):
             differences.append(Difference(grade.source, "reward", grade.reward, fresh.reward))
         if grade.verdict != fresh.verdict:
             differences.append(Difference(grade.source, "verdict", grade.verdict, fresh.verdict))
@@ -109,7 +126,50 @@ def compare(recorded: Sequence[RecordedGrade], fresh: FreshGrade) -> list[Differ
                 differences.append(Difference(grade.source, name, value, getattr(fresh, name)))
         if grade.snapshot_id is not None and grade.snapshot_id != fresh.snapshot_id:
             differences.append(Difference(grade.source, "snapshot_id", grade.snapshot_id, fresh.snapshot_id))
+        if grade.reward_config is not None and grade.reward_config != fresh.reward_config:
+            differences.append(
+                Difference(grade.source, "reward_config", grade.reward_config, fresh.reward_config)
+            )
+        if (
+            grade.outcome_reward is not None
+            and fresh.outcome_reward is not None
+            and not _close(grade.outcome_reward, fresh.outcome_reward)
+        ):
+            differences.append(
+                Difference(grade.source, "outcome_reward", grade.outcome_reward, fresh.outcome_reward)
+            )
+        measured = dict(fresh.components)
+        for name, value in grade.components:
+            if name in MEASURED_AT_RUN:
+                continue  # taken as recorded (`run_time_components`): a second run times differently
+            again = measured.get(name)
+            if again is None or not _close(value, again):
+                differences.append(Difference(grade.source, f"components.{name}", value, again))
     return differences
+
+
+def _close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=0.0, abs_tol=REWARD_TOLERANCE)
+
+
+def run_time_components(episode: EpisodeLog) -> dict[str, float]:
+    """The recorded components a recheck cannot measure again to the bit (timings, memory, processes at an
+    instant): the composition uses them as recorded, and compares them with nothing."""
+    reward = episode.reward
+    if reward is None:
+        return {}
+    return {name: value for name, value in reward.components if name in MEASURED_AT_RUN}
+
+
+def episode_components(episode: EpisodeLog) -> dict[str, float]:
+    """The components measured again from the log: efficiency from the actions the episode took (each step
+    once, whatever was redelivered) against its step budget."""
+    started = episode.started
+    if started is None or started.config.max_steps < 1:
+        return {}
+    budget = started.config.max_steps
+    used = min(len({action.meta.step for action in episode.actions}), budget)
+    return {"efficiency": efficiency(used, budget)}
 
 
 @dataclass(frozen=True)
@@ -179,7 +239,9 @@ def completed_episodes(run: LoggedRun) -> list[EpisodeLog]:
     return [run.episodes[e] for e in sorted(run.episodes) if run.episodes[e].completed is not None]
 
 
-def recheck_episode(episode: EpisodeLog, tasks: TaskSource, grader: Grader) -> EpisodeRecheck:
+def recheck_episode(
+    episode: EpisodeLog, tasks: TaskSource, grader: Grader, reward: RewardConfig = DEFAULT_REWARD
+) -> EpisodeRecheck:
     task_id, task_version = episode.task or ("", "")
     recorded = tuple(recorded_grades(episode))
     base = EpisodeRecheck(episode.episode_id, task_id, task_version, recorded)
@@ -192,12 +254,23 @@ def recheck_episode(episode: EpisodeLog, tasks: TaskSource, grader: Grader) -> E
     except TaskUnavailable as exc:
         return _with_error(base, f"{exc.reason}: {exc.detail}")
     try:
-        grade = grader(task, snapshot, started.image or None).grade
+        verification = grader(task, snapshot, started.image or None)
+        grade = verification.grade
     except Exception as exc:  # an infrastructure failure is reported per episode, the recheck goes on
         return _with_error(base, f"grading failed: {type(exc).__name__}: {exc}")
     if not grade.trainable:
         return _with_error(base, f"grading failed: {grade.detail}")
-    fresh = FreshGrade(grade.reward, grade.verdict.value, grade.passed, grade.total, snapshot, grade.detail)
+    try:
+        components = {**run_time_components(episode), **episode_components(episode)}
+        if (change := verification.resources.change) is not None:
+            components["small_change"] = small_change(change.lines)
+        composed = compose(reward, grade.verdict, grade.passed, grade.total, components)
+    except ValueError as exc:
+        return _with_error(base, f"reward_config: {exc}")
+    fresh = FreshGrade(
+        composed.reward, grade.verdict.value, grade.passed, grade.total, snapshot, grade.detail,
+        composed.outcome, tuple(sorted(composed.components.items())), reward.version,
+    )  # fmt: skip
     return EpisodeRecheck(
         episode.episode_id, task_id, task_version, recorded, fresh, tuple(compare(recorded, fresh))
     )
@@ -213,10 +286,11 @@ def recheck(
     grader: Grader,
     *,
     on_done: Callable[[EpisodeRecheck], None] | None = None,
+    reward: RewardConfig = DEFAULT_REWARD,
 ) -> RecheckReport:
     results = []
     for episode in completed_episodes(run):
-        result = recheck_episode(episode, tasks, grader)
+        result = recheck_episode(episode, tasks, grader, reward)
         results.append(result)
         if on_done is not None:
             on_done(result)
@@ -224,7 +298,12 @@ def recheck(
 
 
 def recheck_in_sandboxes(
-    run: LoggedRun, objects: ObjectStore, *, fallback: TaskSource | None = None, quiet: bool = False
+    run: LoggedRun,
+    objects: ObjectStore,
+    *,
+    fallback: TaskSource | None = None,
+    quiet: bool = False,
+    reward: RewardConfig = DEFAULT_REWARD,
 ) -> RecheckReport:
     """`recheck` with the run's published tasks and fresh Docker sandboxes on the local stack's engine,
     reading `objects` and writing nothing to it; a progress bar on a terminal unless `quiet`."""
@@ -246,4 +325,4 @@ def recheck_in_sandboxes(
         def done(result: EpisodeRecheck) -> None:
             bar.advance(f"{result.episode}: {'differs' if result.differences else result.error or 'same'}")
 
-        return recheck(run, tasks, grader, on_done=done)
+        return recheck(run, tasks, grader, on_done=done, reward=reward)

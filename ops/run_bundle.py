@@ -393,9 +393,11 @@ def _write_recipe(out: Path, recipe: ImageRecipe, files: dict[str, str], named: 
     }
 
 
-def reward_rule() -> dict[str, str | float]:
-    """The reward rule of the trialog that writes the bundle: its constants, their version as grades name
-    it (`reward_config`), and the verifier version it grades with (no fault injected)."""
+def reward_rule() -> dict[str, Any]:
+    """The default reward configuration of the trialog that writes the bundle (the outcome rule's constants
+    and the components' weights, `actors.tasks.reward_config`), its version as grades name it
+    (`reward_config`; a run started with `--reward-config` names its own file's version in its pin), and the
+    verifier version it grades with (no fault injected)."""
     return {
         **reward_config(),
         "version": reward_config_version(),

@@ -14,6 +14,8 @@ from typing import Any
 
 from actors.guard.control import fold
 from actors.guard.pinning import run_pin, settle_pin
+from actors.tasks.reward_config import DEFAULT as DEFAULT_REWARD
+from actors.tasks.reward_config import RewardConfig
 from actors.tasks.spec import load_task
 from ops.console import say
 from schemas.codec import default_codec
@@ -34,12 +36,19 @@ def image_version(engine: Any, ref: str) -> str:
         client.close()
 
 
-def pin_run(bootstrap: str, run: str, folders: Sequence[Path], image: str, guard: GuardSettings) -> RunPinned:
+def pin_run(
+    bootstrap: str,
+    run: str,
+    folders: Sequence[Path],
+    image: str,
+    guard: GuardSettings,
+    reward: RewardConfig = DEFAULT_REWARD,
+) -> RunPinned:
     """Write the run's pin if it has none; the pin in force."""
     from kafka import KafkaProducer
 
     origin = Origin.system("run-start", socket.gethostname())
-    pin = run_pin(run, [load_task(folder) for folder in folders], image, guard, origin)
+    pin = run_pin(run, [load_task(folder) for folder in folders], image, guard, origin, reward)
     state = fold(run, (value for _topic, value in read_to_end(bootstrap, [RUN_CONTROL.of(run)])))
     settled = settle_pin(state, pin)
     if settled.write is None:

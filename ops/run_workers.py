@@ -38,6 +38,7 @@ def worker_commands(
     instances: Mapping[str, str] | None = None,
     *,
     guard: bool = True,
+    reward_config: Path | None = None,
 ) -> dict[str, list[str]]:
     """The command line of each worker kind for `run` (one process each); `rollout_args` are more
     options of the rollout worker (the model, a pinned policy version); with `telemetry`, each traces
@@ -48,7 +49,8 @@ def worker_commands(
     name each restart, to tell a restarted worker's records from those of the process it replaces.
 
     `guard`: also the run's guard (`trialog worker guard`: canaries, pause, quarantine; on by default, as a
-    run pinned by `run start` has its learner wait for the canaries' clearance)."""
+    run pinned by `run start` has its learner wait for the canaries' clearance). `reward_config`: the
+    verifier composes rewards with that file (`actors.tasks.reward_config`; default: the brief's rule)."""
     base = [sys.executable, "-m", "ops.cli", "worker"]
     common = ["--run", run, "--bootstrap", bootstrap]
     home = paths.component("runs") / (run or "default")
@@ -66,6 +68,7 @@ def worker_commands(
         "verifier": [
             *base, "verifier", *common, "--group", f"{run}.trialog-verifier",
             *folders, "--objects", str(paths.objects),
+            *(["--reward-config", str(reward_config)] if reward_config is not None else []),
         ],
         # Grades nothing itself: asks the verifiers for canaries, watches the grades (actors.guard).
         "guard": [*base, "guard", *common, *folders, "--objects", str(paths.objects)],

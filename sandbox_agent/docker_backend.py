@@ -311,6 +311,8 @@ class DockerBackend:
             stdout_bytes=stdout.total,
             stderr_bytes=stderr.total,
             duration_s=answer.duration_s,
+            left_running=answer.left_running,
+            memory_peak_bytes=answer.memory_peak,
         )
 
     def _exec_via_docker(

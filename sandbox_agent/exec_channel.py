@@ -65,6 +65,8 @@ class ChannelResult:
     stdout: BoundedOutput | None  # mode "cap" only: the streams as the server cut them
     stderr: BoundedOutput | None
     duration_s: float
+    left_running: int | None = None  # the agent's processes alive when the command ended (then killed)
+    memory_peak: int | None = None  # the sandbox's memory high-water mark, bytes, after the command
 
 
 class ExecChannel:
@@ -212,4 +214,10 @@ def _result(answer: dict[str, Any], cap: int | None, duration_s: float) -> Chann
         stdout=capped("stdout"),
         stderr=capped("stderr"),
         duration_s=duration_s,
+        left_running=_count(answer.get("left_running")),  # a server of an older image sends neither
+        memory_peak=_count(answer.get("memory_peak")),
     )
+
+
+def _count(value: Any) -> int | None:
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None

@@ -32,10 +32,12 @@ command's process group (elsewhere "every other process of the user" would be th
 Protocol. Requests, on stdin: a JSON line, then `stdin` bytes of input for the command. Answers, on
 stdout: frames of (kind: 1 byte, request id: 8 bytes, length: 4 bytes, payload). Kinds: `h` hello (JSON:
 hardened, isolated), `o`/`e` a chunk of stdout/stderr (mode "stream"), `r` the result (JSON: exit code,
-timed out, OOM kills during the command, and in mode "cap" each stream's head and tail in base64 and total
-size). Request fields: id, argv, timeout (s), stdin (bytes that follow), mode ("cap" or "stream"), cap
-(bytes kept per stream in mode "cap"), env (added variables). Only one client may be attached at a time:
-Docker copies the container's output to every attached client, and one that does not read would stall it.
+timed out, OOM kills during the command, the agent's processes still alive when it ended (killed then;
+null when not counted), the memory cgroup's high-water mark (null where unreadable), and in mode "cap"
+each stream's head and tail in base64 and total size). Request fields: id, argv, timeout (s), stdin
+(bytes that follow), mode ("cap" or "stream"), cap (bytes kept per stream in mode "cap"), env (added
+variables). Only one client may be attached at a time: Docker copies the container's output to every
+attached client, and one that does not read would stall it.
 
 This file is standard library only and runs on the sandbox image's Python (3.11).
 """
@@ -181,6 +183,19 @@ def oom_kills() -> int:
         except OSError:
             continue
     return 0
+
+
+def memory_peak() -> int | None:
+    """The memory cgroup's high-water mark in bytes since the sandbox started (cgroup v2's memory.peak,
+    v1's memory.max_usage_in_bytes); None where neither can be read. The mount is read-only, so the mark
+    cannot be reset per command: it covers the sandbox's life."""
+    for path in ("/sys/fs/cgroup/memory.peak", "/sys/fs/cgroup/memory/memory.max_usage_in_bytes"):
+        try:
+            with open(path) as mark:
+                return int(mark.read().strip())
+        except (OSError, ValueError):
+            continue
+    return None
 
 
 class Agent:
@@ -335,6 +350,7 @@ def run(
     feeder.start()
     open_fds = {out_fd: b"o", err_fd: b"e"}
     code: int | None = None
+    left: int | None = None  # processes of the agent alive when the command ended (None: not counted)
     exited_at, pause = 0.0, 0.0002
     while True:
         now = time.monotonic()
@@ -360,6 +376,8 @@ def run(
             children.reap()
             code = children.exit_code(pid)
             if code is not None:  # the command ended: its background jobs end with it
+                if agent is not None:  # what it left running (a grade's resource signal), then killed
+                    left = len(agent.alive())
                 kill_group(pid)
                 if agent is not None:
                     agent.kill_all(children)  # and so does everything else it started
@@ -368,6 +386,8 @@ def run(
         os.close(fd)
     timed_out = code is None
     if timed_out:
+        if agent is not None:
+            left = len(set(agent.alive()) - {pid})
         kill_group(pid)
         if agent is not None:
             agent.kill_all(children)
@@ -378,7 +398,7 @@ def run(
     feeder.join(timeout=5.0)
     children.watched = None
     assert code is not None
-    return result(code, timed_out, oom_kills() - oom_before, caps)
+    return result(code, timed_out, oom_kills() - oom_before, caps, left, memory_peak())
 
 
 def kill_group(pgid: int) -> None:
@@ -396,9 +416,17 @@ def wait_for(pid: int, children: Children) -> int:
     return KILLED
 
 
-def result(code: int, timed_out: bool, ooms: int, caps: dict[bytes, Capped]) -> dict[str, Any]:
+def result(
+    code: int,
+    timed_out: bool,
+    ooms: int,
+    caps: dict[bytes, Capped],
+    left: int | None = None,
+    peak: int | None = None,
+) -> dict[str, Any]:
     summaries = {"stdout": caps[b"o"].summary(), "stderr": caps[b"e"].summary()}
-    return {"exit_code": code, "timed_out": timed_out, "oom_kills": ooms, **summaries}
+    counts = {"oom_kills": ooms, "left_running": left, "memory_peak": peak}
+    return {"exit_code": code, "timed_out": timed_out, **counts, **summaries}
 
 
 def serve(

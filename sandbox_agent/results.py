@@ -19,6 +19,10 @@ class ExecResult:
     duration_s: float = 0.0
     stdout_bytes: int = 0  # everything the command wrote to the stream, kept or dropped
     stderr_bytes: int = 0
+    # Resource signals, where the backend measures them (None: not measured): the command's processes
+    # still alive when it ended (then killed), and the sandbox's memory high-water mark in bytes.
+    left_running: int | None = None
+    memory_peak_bytes: int | None = None
 
     @property
     def truncated(self) -> bool:
@@ -37,6 +41,8 @@ class ExecResult:
             "duration_s": self.duration_s,
             "stdout_bytes": self.stdout_bytes,
             "stderr_bytes": self.stderr_bytes,
+            "left_running": self.left_running,
+            "memory_peak_bytes": self.memory_peak_bytes,
         }
 
     @classmethod
@@ -52,6 +58,8 @@ class ExecResult:
             duration_s=obj["duration_s"],
             stdout_bytes=obj["stdout_bytes"],
             stderr_bytes=obj["stderr_bytes"],
+            left_running=obj.get("left_running"),  # results stored before they were measured have neither
+            memory_peak_bytes=obj.get("memory_peak_bytes"),
         )
 
 

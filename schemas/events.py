@@ -146,6 +146,15 @@ class RewardAssigned:
     # The versions that produced the grade (since v3; None: an older verifier named none).
     versions: GradeVersions | None = None
     duration_us: int = 0  # grading time (since v3; 0: answered from the verifier's cache, or older)
+    # The outcome rule's share of `reward` (since v4); None when built: the reward is the outcome alone.
+    outcome_reward: float | None = None
+    # Each measured component (name, value before its weight), by name (since v4; older: none).
+    components: tuple[tuple[str, float], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.outcome_reward is None:  # a grade with no component: its reward is its outcome
+            object.__setattr__(self, "outcome_reward", self.reward)
+        object.__setattr__(self, "components", tuple(sorted(self.components)))
 
     def to_record(self) -> AvroDict:
         return {
@@ -163,6 +172,8 @@ class RewardAssigned:
             "report": optional(self.report),
             "versions": optional(self.versions),
             "duration_us": self.duration_us,
+            "outcome_reward": self.outcome_reward,
+            "components": dict(self.components),
         }
 
     @classmethod
@@ -180,6 +191,8 @@ class RewardAssigned:
             from_wire_all(rec["tamper_signals"]),
             from_optional(rec["versions"], GradeVersions.from_record),
             rec["duration_us"],
+            rec["outcome_reward"],
+            tuple(rec["components"].items()),
         )
 
 

@@ -123,6 +123,9 @@ class VerifyRequest:
     image: str
     timeout_s: float
     limits: ResourceLimits = ResourceLimits()
+    # The efficiency component's inputs (since v2; 0: not known, not measured).
+    steps_used: int = 0
+    step_budget: int = 0
 
     def to_record(self) -> AvroDict:
         return {
@@ -130,6 +133,8 @@ class VerifyRequest:
             "image": self.image,
             "timeout_s": self.timeout_s,
             "limits": self.limits.to_record(),
+            "steps_used": self.steps_used,
+            "step_budget": self.step_budget,
         }
 
     @classmethod
@@ -139,4 +144,6 @@ class VerifyRequest:
             rec["image"],
             rec["timeout_s"],
             ResourceLimits.from_record(rec["limits"]),
+            rec["steps_used"],
+            rec["step_budget"],
         )

@@ -24,8 +24,25 @@ def step_executed_v1_to_v2(rec: AvroDict) -> AvroDict:
     return rec
 
 
+def reward_assigned_v3_to_v4(rec: AvroDict) -> AvroDict:
+    """v4 split the reward into the outcome rule's share and weighted components (default 0.0 and {}).
+    Before v4 a reward was the outcome rule alone: the default 0.0 would claim every old grade's outcome
+    was nothing."""
+    rec["outcome_reward"] = rec["reward"]
+    return rec
+
+
+def episode_snapshot_v4_to_v5(rec: AvroDict) -> AvroDict:
+    """v5 embeds RewardAssigned v4: the state's reward, when it has one, gets the same upcast."""
+    if rec.get("reward") is not None:
+        rec["reward"] = reward_assigned_v3_to_v4(rec["reward"])
+    return rec
+
+
 UPCASTERS: Mapping[tuple[str, int], Upcaster] = {
     ("trialog.episode.StepExecuted", 1): step_executed_v1_to_v2,
+    ("trialog.episode.RewardAssigned", 3): reward_assigned_v3_to_v4,
+    ("trialog.episode.EpisodeSnapshot", 4): episode_snapshot_v4_to_v5,
 }
 """(schema full name, from version) -> upcaster to from_version + 1."""
 

@@ -581,7 +581,8 @@ def _request(state: OwnerState, kind: RequestKind, attempt: int, origin: Origin,
     if kind is RequestKind.POLICY:
         return PolicyRequest(meta, task.instruction, episode.history, state.sampling)
     if kind is RequestKind.VERIFY:
-        return VerifyRequest(meta, started.image, task.timeout_s, task.limits)
+        steps_used = len(episode.history) + (episode.pending_action is not None)  # a submit is an action
+        return VerifyRequest(meta, started.image, task.timeout_s, task.limits, steps_used, config.max_steps)
     pending = episode.pending_action
     if pending is None or isinstance(pending.action, Submit | InvalidReply):
         raise OwnerError(f"episode {episode.episode_id}: a sandbox request needs a pending sandbox action")

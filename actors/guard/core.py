@@ -36,7 +36,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from actors.guard import control
-from actors.tasks.reward import PASS_REWARD
 from schemas.alerts import Alert, Severity
 from schemas.canaries import CanaryGraded
 from schemas.common import GENESIS_HASH, EventMeta, Verdict
@@ -300,7 +299,9 @@ class Guard:
         asked = state.asked.get(canary_id)
         if asked is None or canary_id in state.graded:
             return []  # not one of ours (or asked before the log we read), or graded already
-        ok = reward.reward >= PASS_REWARD if asked.case.expect_pass else reward.reward < PASS_REWARD
+        # By verdict, not by reward: a reward configuration may set what a pass is worth.
+        passed = reward.verdict is Verdict.PASS
+        ok = passed if asked.case.expect_pass else not passed
         graded = CanaryGraded(
             self.origin.record_meta(), self.run_id, canary_id, asked.round, asked.task_id,
             asked.task_version, asked.case.name, asked.case.expect_pass,

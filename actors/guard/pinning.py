@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from actors.guard.control import ControlState
+from actors.tasks.reward_config import DEFAULT as DEFAULT_REWARD
+from actors.tasks.reward_config import RewardConfig
 from actors.tasks.spec import Task
 from actors.verifier.versions import reward_config_version, tests_version, verifier_version
 from actors.verifier.worker import VERIFIER_ID
@@ -34,14 +36,19 @@ def default_guard() -> GuardSettings:
 
 
 def run_pin(
-    run_id: str, tasks: Sequence[Task], image: str, guard: GuardSettings, origin: Origin
+    run_id: str,
+    tasks: Sequence[Task],
+    image: str,
+    guard: GuardSettings,
+    origin: Origin,
+    reward: RewardConfig = DEFAULT_REWARD,
 ) -> RunPinned:
     pinned = tuple(
         PinnedTask(task.id, task.version, tests_version(task)) for task in sorted(tasks, key=lambda t: t.id)
     )
     return RunPinned(
-        origin.record_meta(), run_id, verifier_version(VERIFIER_ID), image, reward_config_version(), pinned,
-        guard,
+        origin.record_meta(), run_id, verifier_version(VERIFIER_ID), image, reward_config_version(reward),
+        pinned, guard,
     )  # fmt: skip
 
 

@@ -7,8 +7,15 @@ scalar the learner trains on, read from a file whose canonical hash is its versi
     pass = 1.0
     partial_penalty = 0.2     # otherwise passed/total - partial_penalty
 
-    [weights]                 # extra components, each a number in [0, 1] or [-1, 0]; all 0 by default
-    efficiency = 0.0          # 1 - steps used / the task's step budget (the brief's calculate_reward)
+    [weights]                 # extra components, each weight in [-1, 1]; all 0 by default
+    efficiency = 0.0          # 1 - steps used / the episode's step budget (the brief's calculate_reward)
+    speed = 0.0               # 1 - the final test run's wall time / the task's timeout
+    memory = 0.0              # 1 - the grading sandbox's peak memory / its memory limit
+    no_leftovers = 0.0        # 1 if the tests left no process running, else 0
+    small_change = 0.0        # 1 / (1 + lines changed / 50): 1 untouched, 0.5 at 50 lines
+
+Every component is a value in [0, 1], 1 the better; a component is measured and recorded whatever its
+weight (a configuration can be judged on a run before it is used).
 
 The scalar is the outcome reward plus the weighted components, except that a tampered or build-failed
 episode gets its outcome reward alone: no bonus may soften a penalty the grader gave for cheating or a
@@ -20,6 +27,7 @@ Pure: `parse` takes the file's text, `load` reads it; nothing else here touches 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -32,7 +40,11 @@ from typing import Any
 
 from actors.tasks import reward
 
-COMPONENTS = ("efficiency",)  # the components a configuration may weigh (more come with their signals)
+COMPONENTS = ("efficiency", "speed", "memory", "no_leftovers", "small_change")
+# Components measured while the episode ran (timings, memory, processes alive at an instant): a recheck
+# cannot reproduce them to the bit, so it composes with the recorded values and checks the others.
+MEASURED_AT_RUN = frozenset({"speed", "memory", "no_leftovers"})
+CHANGE_HALF_LINES = 50  # small_change is 0.5 at this many lines added and removed
 OUTCOME_KEYS = ("tampered", "build_failed", "pass", "partial_penalty")
 
 
@@ -62,6 +74,10 @@ class RewardConfig:
     def version(self) -> str:
         text = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(b"trialog-reward-config-v1\0" + text.encode()).hexdigest()
+
+    def outcome_only(self) -> RewardConfig:
+        """This configuration's outcome rule with no component weighed (what a canary is graded by)."""
+        return dataclasses.replace(self, weights=MappingProxyType({}))
 
     def outcome_reward(self, verdict: reward.Verdict, passed: int, total: int) -> float:
         """The outcome rule with this configuration's constants."""
@@ -93,15 +109,40 @@ def efficiency(steps_used: int, step_budget: int) -> float:
     return max(0.0, 1.0 - steps_used / step_budget)
 
 
+def speed(wall_s: float, timeout_s: float) -> float:
+    """1 for tests that took no time, 0 for a run that used the whole timeout (or more)."""
+    if timeout_s <= 0 or wall_s < 0:
+        raise ValueError(f"a wall time of {wall_s} s against a timeout of {timeout_s} s")
+    return max(0.0, 1.0 - wall_s / timeout_s)
+
+
+def memory(peak_bytes: int, limit_bytes: int) -> float:
+    """1 for no memory used, 0 at the sandbox's limit."""
+    if limit_bytes <= 0 or peak_bytes < 0:
+        raise ValueError(f"a peak of {peak_bytes} bytes against a limit of {limit_bytes}")
+    return max(0.0, 1.0 - peak_bytes / limit_bytes)
+
+
+def no_leftovers(left_running: int) -> float:
+    return 1.0 if left_running == 0 else 0.0
+
+
+def small_change(lines: int) -> float:
+    if lines < 0:
+        raise ValueError(f"{lines} lines changed")
+    return 1.0 / (1.0 + lines / CHANGE_HALF_LINES)
+
+
 def compose(
     config: RewardConfig, verdict: reward.Verdict, passed: int, total: int, components: Mapping[str, float]
 ) -> Composed:
-    """The scalar of one episode. `components` must give every component the configuration weighs."""
-    missing = sorted(name for name, w in config.weights.items() if w and name not in components)
-    if missing:
-        raise ValueError(f"the reward configuration weighs {', '.join(missing)}, which was not measured")
+    """The scalar of one episode. `components` must give every component the configuration weighs, unless
+    the verdict is a penalty or an error, whose reward is the outcome's alone."""
     outcome = config.outcome_reward(verdict, passed, total)
     penalised = verdict in (reward.Verdict.TAMPERED, reward.Verdict.BUILD_FAILED, reward.Verdict.ERROR)
+    missing = sorted(name for name, w in config.weights.items() if w and name not in components)
+    if missing and not penalised:
+        raise ValueError(f"the reward configuration weighs {', '.join(missing)}, which was not measured")
     extra = 0.0 if penalised else sum(w * components.get(name, 0.0) for name, w in config.weights.items())
     return Composed(outcome + extra, outcome, MappingProxyType(dict(components)), config.version)
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from actors.tasks.change import ChangeSize, change_size
 from actors.tasks.harness import LAUNCHER, REPO_INPUT, files_under, harness_files
 from actors.tasks.report import HarnessOutput, parse_harness_output
 from actors.tasks.reward import Grade, grade
@@ -43,6 +44,31 @@ HARNESS_OUTPUT_BYTES = 8 * MIB  # report lines for thousands of tests; a flood o
 BUILD_OUTPUT_BYTES = 64 * 1024
 
 
+@dataclass(frozen=True, slots=True)
+class Resources:
+    """What the final test run cost and left behind, and the size of the change: a grade's resource
+    signals (`actors.tasks.reward_config` turns them into components). None: not measured (a backend
+    without the sandbox's exec server, a grade that never reached the tests)."""
+
+    test_wall_s: float | None = None  # the harness run, as the sandbox timed it
+    memory_peak_bytes: int | None = None  # the grading sandbox's memory high-water mark
+    left_running: int | None = None  # processes the tests left alive when they ended (then killed)
+    change: ChangeSize | None = None  # the workspace against the task's repo/
+
+    def to_json(self) -> dict[str, Any]:
+        change = self.change
+        return {
+            "test_wall_s": self.test_wall_s,
+            "memory_peak_bytes": self.memory_peak_bytes,
+            "left_running": self.left_running,
+            "change": None if change is None else {
+                "files": change.files,
+                "lines_added": change.lines_added,
+                "lines_removed": change.lines_removed,
+            },
+        }  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Verification:
     grade: Grade
@@ -53,12 +79,14 @@ class Verification:
     expected: tuple[str, ...] = ()  # the test ids graded (parametrized instances from the trusted collection)
     reported: tuple[str, ...] = ()  # the ids the harness reported on, in order
     complete: bool = False  # the harness wrote its completion marker
+    resources: Resources = Resources()
 
     def to_json(self) -> dict[str, Any]:
         result = {
             **self.grade.as_dict(),
             "duration_s": round(self.duration_s, 3),
             "timed_out": self.timed_out,
+            "resources": self.resources.to_json(),
         }
         return {**result, "detail": self.grade.detail} if self.grade.detail else result
 
@@ -77,14 +105,17 @@ def verify(
         return Verification(
             grade(expected=task.test_ids, reports=(), tampered_paths=tampered), _since(started)
         )
+    change = change_size(task.repo_dir, workspace)
     with owned_temp_dir(prefix="trialog-verify-") as scratch:
         staged = Path(scratch) / "workspace"
         copy_workspace(workspace, staged)
         sandbox = backend.create(spec)
         try:
-            return _grade_in(sandbox, backend, task, staged, nonce, started)
+            verification = _grade_in(sandbox, backend, task, staged, nonce, started)
         finally:
             backend.destroy(sandbox)
+    resources = dataclasses.replace(verification.resources, change=change)
+    return dataclasses.replace(verification, resources=resources)
 
 
 _collected: dict[tuple[str, str], tuple[str, ...]] = {}
@@ -162,6 +193,7 @@ def _grade_in(
         expected=expected,
         reported=output.reported,
         complete=output.complete and not run.timed_out,
+        resources=Resources(run.duration_s, run.memory_peak_bytes, run.left_running),
     )
 
 

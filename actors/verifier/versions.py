@@ -10,7 +10,8 @@
 * **tests**: sha256 of the task's hidden tests folder (the same hash rule as the task version, on tests/
   alone): the part of a task that decides the reward, named apart so that a changed test suite is seen as
   such even where a task version is re-used.
-* **reward_config**: sha256 of the reward rule's constants (canonical JSON).
+* **reward_config**: the reward configuration's version (`actors.tasks.reward_config`: the sha256 of its
+  canonical content; the default is the brief's rule).
 
 Hashing the package folders over-approximates the grader (a change to an unrelated module of
 `actors.tasks` also makes a new version): a false "version changed" costs an alert, a missed one a run.
@@ -25,8 +26,10 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
-from actors.tasks import reward
+from actors.tasks.reward_config import DEFAULT as DEFAULT_REWARD
+from actors.tasks.reward_config import RewardConfig
 from actors.tasks.spec import Task, task_version
 from schemas.versions import GradeVersions
 
@@ -53,20 +56,15 @@ def verifier_version(verifier_id: str, settings: Mapping[str, str] | None = None
     return digest.hexdigest()
 
 
-def reward_config() -> dict[str, str | float]:
-    """The reward rule's constants (`actors.tasks.reward`)."""
-    return {
-        "rule": "tampered, build_failed, pass, passed/total - penalty",
-        "tampered": reward.TAMPERED_REWARD,
-        "build_failed": reward.BUILD_FAILED_REWARD,
-        "pass": reward.PASS_REWARD,
-        "partial_penalty": reward.PARTIAL_PENALTY,
-    }
+def reward_config(config: RewardConfig = DEFAULT_REWARD) -> dict[str, Any]:
+    """The reward configuration's canonical content (`actors.tasks.reward_config`): what its version
+    hashes."""
+    return config.canonical()
 
 
-def reward_config_version() -> str:
-    """The version of the reward rule: its constants, canonically."""
-    return hashlib.sha256(json.dumps(reward_config(), sort_keys=True).encode()).hexdigest()
+def reward_config_version(config: RewardConfig = DEFAULT_REWARD) -> str:
+    """The version of the reward configuration: its canonical content's sha256."""
+    return config.version
 
 
 def tests_version(task: Task) -> str:
@@ -103,11 +101,17 @@ class ImageIds:
 class Versioner:
     """The `GradeVersions` of a grade of `task` in `image` (None: the task's own, else the default)."""
 
-    def __init__(self, verifier: str, image_ids: Callable[[str], str], default_image: str) -> None:
+    def __init__(
+        self,
+        verifier: str,
+        image_ids: Callable[[str], str],
+        default_image: str,
+        reward: RewardConfig = DEFAULT_REWARD,
+    ) -> None:
         self.verifier = verifier
         self.image_ids = image_ids
         self.default_image = default_image
-        self.reward_config = reward_config_version()
+        self.reward_config = reward.version
         self._tests: dict[str, str] = {}  # task version -> tests version
 
     def image_ref(self, task: Task, image: str | None) -> str:

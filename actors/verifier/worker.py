@@ -4,8 +4,11 @@ The request names the task (`meta.task_id`, `meta.task_version`) and the final w
 (`meta.snapshot_id`); the answer echoes the request's header (episode, step, attempt, chain head, snapshot)
 and carries the grade: reward, verdict, passed/total, the failed test ids, the tampered paths and the tamper
 signals (evidence lines of tampering seen while the tests ran), so that tampering is a fact in the log, not
-only a number. Each list is capped (`schemas.budget.fit_reward`: the record fits its budget whatever the
-graded code made the harness see) and made encodable (a lone surrogate from a name or a print never makes
+only a number. The reward is composed by the worker's reward configuration (`actors.tasks.reward_config`;
+the default is the brief's rule): the outcome's share and every measured component are recorded apart,
+with the configuration's version in `versions`, so each can be recomputed and checked. Each list is
+capped (`schemas.budget.fit_reward`: the record fits its budget whatever the graded code made the harness
+see) and made encodable (a lone surrogate from a name or a print never makes
 the -1.0 unencodable); the report keeps the grade whole. A JSON report (the grade, the detail of an error,
 the tail of the build or harness output) goes to the object store, referenced by `report`.
 
@@ -29,11 +32,23 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from actors.tasks.reward import error_grade
+from actors.tasks.reward_config import DEFAULT as DEFAULT_REWARD
+from actors.tasks.reward_config import (
+    Composed,
+    RewardConfig,
+    compose,
+    efficiency,
+    memory,
+    no_leftovers,
+    small_change,
+    speed,
+)
 from actors.tasks.spec import Task
 from actors.tasks.verify import Verification
 from actors.verifier.faults import Fault, inject
 from actors.verifier.grading import Grader
 from actors.verifier.tasks import TaskSource, TaskUnavailable
+from sandbox_agent.limits import MIB
 from schemas import topics
 from schemas.blobs import BlobRef, ObjectStore
 from schemas.budget import fit_reward
@@ -70,6 +85,7 @@ class VerifierWorker:
         cache_size: int = DEFAULT_CACHE,
         versions: Callable[[Task, str | None], GradeVersions] | None = None,
         fault: Fault | None = None,
+        reward: RewardConfig = DEFAULT_REWARD,
     ) -> None:
         self.tasks = tasks
         self.grader = grader
@@ -79,27 +95,46 @@ class VerifierWorker:
         self.cache_size = cache_size
         self.versions = versions
         self.fault = fault
+        self.reward = reward
         self._graded: OrderedDict[GradeKey, Verification] = OrderedDict()
         self._lock = threading.Lock()
 
     def handle(self, request: VerifyRequest) -> RewardAssigned:
-        return self._answer(request, cached=True)
+        return self._answer(request, cached=True, composed=True)
 
     def handle_canary(self, request: VerifyRequest) -> RewardAssigned:
         """A canary is graded afresh every time: an answer from the cache would vouch for the grader as it
-        was when the grade was cached, not as it is now."""
-        return self._answer(request, cached=False)
+        was when the grade was cached, not as it is now. Its reward is the outcome alone: a canary checks
+        the grader, and has no steps to be efficient with."""
+        return self._answer(request, cached=False, composed=False)
 
-    def _answer(self, request: VerifyRequest, *, cached: bool) -> RewardAssigned:
+    def _answer(self, request: VerifyRequest, *, cached: bool, composed: bool) -> RewardAssigned:
         started = time.monotonic()
         verification = self.verification(request, cached=cached)
         if self.fault is not None:
             verification = inject(self.fault, verification)
+        graded = verification.grade
+        try:
+            if composed:
+                components = measured(request, verification)
+                reward = compose(self.reward, graded.verdict, graded.passed, graded.total, components)
+            else:
+                reward = compose(self.reward.outcome_only(), graded.verdict, graded.passed, graded.total, {})
+        except ValueError as exc:  # a weighted component this request cannot give: never train on a guess
+            verification = _error(f"reward_config: {exc}", started)
+            reward = compose(self.reward, verification.grade.verdict, 0, 0, {})
         duration_us = int((time.monotonic() - started) * 1_000_000)
         answer = reward_assigned(
-            self.origin, request, verification, self.verifier, self._report(request, verification)
+            self.origin, request, verification, self.verifier, self._report(request, verification, reward)
         )
-        return dataclasses.replace(answer, versions=self._versions(request), duration_us=duration_us)
+        return dataclasses.replace(
+            answer,
+            reward=reward.reward,
+            outcome_reward=reward.outcome,
+            components=tuple(reward.components.items()),
+            versions=self._versions(request),
+            duration_us=duration_us,
+        )
 
     def _versions(self, request: VerifyRequest) -> GradeVersions | None:
         """The versions that graded `request` (None when it could not be graded for want of its task)."""
@@ -139,7 +174,7 @@ class VerifierWorker:
                     self._graded.popitem(last=False)
         return graded
 
-    def _report(self, request: VerifyRequest, verification: Verification) -> BlobRef | None:
+    def _report(self, request: VerifyRequest, verification: Verification, reward: Composed) -> BlobRef | None:
         meta = request.meta
         body = {
             "verifier": self.verifier,
@@ -148,6 +183,11 @@ class VerifierWorker:
             "snapshot_id": meta.snapshot_id,
             "image": request.image,
             **verification.to_json(),
+            "reward": reward.reward,
+            "outcome_reward": reward.outcome,
+            "components": dict(reward.components),
+            "reward_config": self.reward.canonical(),
+            "reward_config_version": reward.config_version,
             "harness_exit": verification.harness_exit,
             "log": verification.log,
         }
@@ -156,6 +196,25 @@ class VerifierWorker:
         except OSError:
             log.exception("could not store the grading report of %s", meta.episode_id)
             return None
+
+
+def measured(request: VerifyRequest, verification: Verification) -> dict[str, float]:
+    """The components this request and grade give (`actors.tasks.reward_config.COMPONENTS`), whatever
+    their weights: each is recorded, so a configuration can be judged on a run before it is used."""
+    components: dict[str, float] = {}
+    if request.step_budget > 0:
+        used = min(request.steps_used, request.step_budget)
+        components["efficiency"] = efficiency(used, request.step_budget)
+    measures = verification.resources
+    if measures.test_wall_s is not None and request.timeout_s > 0:
+        components["speed"] = speed(measures.test_wall_s, request.timeout_s)
+    if measures.memory_peak_bytes is not None and request.limits.memory_mb > 0:
+        components["memory"] = memory(measures.memory_peak_bytes, request.limits.memory_mb * MIB)
+    if measures.left_running is not None:
+        components["no_leftovers"] = no_leftovers(measures.left_running)
+    if measures.change is not None:
+        components["small_change"] = small_change(measures.change.lines)
+    return components
 
 
 def _error(detail: str, started: float, task: Task | None = None) -> Verification:

@@ -27,6 +27,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from ops.cli import kit
@@ -44,6 +45,7 @@ from ops.log_defaults import DEFAULT_STALE_AFTER_S
 from streams.errors import StackError
 
 if TYPE_CHECKING:  # ops.audit and ops.runlog load the codecs: only when the command runs
+    from actors.tasks.reward_config import RewardConfig
     from ops.audit import LogRecord
     from ops.recheck import RecheckReport
     from ops.run_bundle import Bundle
@@ -88,6 +90,11 @@ def register(subparsers: kit.Subparsers) -> None:
         help="also grade every completed episode's final snapshot again in a fresh sandbox and report "
         "every recorded reward that differs (exit code 1 when one does or cannot be graded)",
     )
+    command.add_argument(
+        "--reward-config", type=Path, metavar="FILE",
+        help="with --recheck: compose rewards again with this reward configuration, the one the run's "
+        "verifier used (default: the brief's rule); each component is measured again and compared",
+    )  # fmt: skip
     add_log_options(command, objects=True, tasks=True, bundle=True)
 
 
@@ -106,6 +113,9 @@ def _cmd_audit(args: argparse.Namespace) -> int:
             require_blobs(args, bundle, "--recheck")
     else:
         source = kafka_of(args)
+    if args.reward_config is not None and not args.recheck:
+        raise StackError("--reward-config is for --recheck", "add --recheck, or leave --reward-config out")
+    reward = kit.reward_config_of(args.reward_config)  # a bad file fails before a log is read
     if args.recheck:
         kit.require_docker()  # before reading a long log, not after
     progress = Progress(sys.stderr)
@@ -131,7 +141,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
             report = auditor.report()
     finally:
         progress.done()
-    rechecked = _recheck(args, logged, bundle) if args.recheck else None
+    rechecked = _recheck(args, logged, bundle, reward) if args.recheck else None
     if args.json:
         extra = {"recheck": rechecked.to_json()} if rechecked is not None else {}
         print(json.dumps({"run": args.run, **report.to_json(), **extra}, indent=2))
@@ -145,11 +155,13 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     return report.exit_code
 
 
-def _recheck(args: argparse.Namespace, logged: LoggedRun, bundle: Bundle | None) -> RecheckReport:
+def _recheck(
+    args: argparse.Namespace, logged: LoggedRun, bundle: Bundle | None, reward: RewardConfig
+) -> RecheckReport:
     from ops.recheck import recheck_in_sandboxes
 
     objects = objects_of(args, bundle)
-    return recheck_in_sandboxes(logged, objects, fallback=local_tasks(args), quiet=args.json)
+    return recheck_in_sandboxes(logged, objects, fallback=local_tasks(args), quiet=args.json, reward=reward)
 
 
 class Progress:

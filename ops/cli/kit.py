@@ -33,6 +33,7 @@ from rich_argparse import ArgumentDefaultsRichHelpFormatter, RawDescriptionRichH
 from streams.errors import StackError
 
 if TYPE_CHECKING:
+    from actors.tasks.reward_config import RewardConfig
     from ops.telemetry.config import TelemetryConfig
 
 EXIT_OK, EXIT_FOUND, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -484,3 +485,16 @@ def trialog_version() -> str:
 
         with (REPO_ROOT / "pyproject.toml").open("rb") as file:
             return str(tomllib.load(file)["project"]["version"])
+
+
+def reward_config_of(path: Path | None) -> RewardConfig:
+    """The reward configuration in the file `path` (`--reward-config`; the brief's rule without one); a
+    StackError saying what is wrong with the file otherwise, before any service is touched."""
+    from actors.tasks.reward_config import DEFAULT, RewardConfigError, load
+
+    if path is None:
+        return DEFAULT
+    try:
+        return load(path)
+    except RewardConfigError as exc:
+        raise StackError(str(exc), "fix the file (its keys are in actors/tasks/reward_config.py)") from None

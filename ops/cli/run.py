@@ -91,6 +91,11 @@ def register(subparsers: kit.Subparsers) -> None:
     start.add_argument(
         "--validate", action="store_true", help="first run `trialog tasks validate --runs 1` on the tasks"
     )
+    start.add_argument(
+        "--reward-config", type=Path, metavar="FILE",
+        help="the reward configuration the run is pinned to and its spawned verifier composes with (TOML; "
+        "actors/tasks/reward_config.py). Default: the brief's rule",
+    )  # fmt: skip
     add_guard_arguments(start)
     kit.add_bootstrap(start)
     # The scheduler's own; spawned workers trace to the same endpoint and serve metrics on the next ports.
@@ -242,6 +247,7 @@ def _cmd_run_start(args: argparse.Namespace) -> int:
         raise StackError(str(exc), "fix the task folders given to --tasks") from None
     if args.eval:
         refuse_overlap(folders, args.eval)
+    reward = kit.reward_config_of(args.reward_config)  # a bad file fails here, before any service is touched
     bootstrap = kit.require_kafka(kit.bootstrap_of(args))
     engine = None
     if args.spawn or args.validate or not args.no_guard:
@@ -266,7 +272,12 @@ def _cmd_run_start(args: argparse.Namespace) -> int:
         from ops.run_pin import image_version, pin_run
 
         pin = pin_run(
-            bootstrap, run, folders, image_version(engine, str(sandbox_ref())), guard_settings_of(args)
+            bootstrap,
+            run,
+            folders,
+            image_version(engine, str(sandbox_ref())),
+            guard_settings_of(args),
+            reward,
         )
         rate = f"canaries {pin.guard.canaries_per_minute:g}/min"
         hint = "" if args.spawn else " (start its guard: trialog worker guard --run RUN --tasks ...)"
@@ -281,7 +292,7 @@ def _cmd_run_start(args: argparse.Namespace) -> int:
         workers = Workers(paths.component("runs") / (run or "default") / "logs")
         commands = worker_commands(
             run, bootstrap, args.policy, args.tasks, paths, args.rollout_arg, telemetry.config,
-            guard=not args.no_guard,
+            guard=not args.no_guard, reward_config=args.reward_config,
         )  # fmt: skip
         workers.start(commands)
         try:

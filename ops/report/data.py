@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from actors.guard.alerts import by_severity
 from ops.runlog import EpisodeLog, LoggedRun
 from schemas.alerts import Alert
+from schemas.common import Verdict
 from schemas.events import ActionProposed, EpisodeStarted, RewardAssigned, StepExecuted
 from schemas.trajectories import TrajectoryCompleted
 
@@ -73,6 +74,11 @@ class ReportData:
     alerts_total: int = 0
     alerts_by_severity: dict[str, int] = field(default_factory=dict)
     alerts_read: bool = True  # False: the run has no alerts topic (made before alerts existed)
+    # Each grade's parts (RewardAssigned since v4): the outcome's share, each component's values by name,
+    # and how many grades each reward configuration version composed (more than one: it changed mid-run).
+    outcome_rewards: list[float] = field(default_factory=list)
+    reward_components: dict[str, list[float]] = field(default_factory=dict)
+    reward_configs: list[tuple[str, int]] = field(default_factory=list)  # version, grades; first seen first
 
 
 def _outcome(episode: EpisodeLog) -> str:
@@ -167,7 +173,10 @@ def gather(run: LoggedRun, run_name: str, rows: int = TABLE_ROWS, *, alerts_read
     by_step: dict[int, list[float]] = defaultdict(list)
     failures: Counter[str] = Counter()
     verdicts: Counter[str] = Counter()
-    for episode in episodes:
+    outcomes: list[float] = []
+    components: dict[str, list[float]] = defaultdict(list)
+    configs: Counter[str] = Counter()
+    for episode in sorted(episodes, key=lambda e: e.first_us):
         completed, failed = episode.completed, episode.failed
         if completed is not None:
             version = _sampling_version(episode)
@@ -175,6 +184,13 @@ def gather(run: LoggedRun, run_name: str, rows: int = TABLE_ROWS, *, alerts_read
             verdicts[completed.verdict.value] += 1
         if failed is not None:
             failures[failed.failure.value] += 1
+        reward = episode.reward
+        if reward is not None and reward.verdict is not Verdict.ERROR:
+            outcomes.append(reward.outcome_reward if reward.outcome_reward is not None else reward.reward)
+            for name, value in reward.components:
+                components[name].append(value)
+            if reward.versions is not None:
+                configs[reward.versions.reward_config] += 1
         if completed is not None or failed is not None:
             per_minute[(episode.last_us - first_us) // 60_000_000] += 1
         for stage, values in stage_latencies(episode).items():
@@ -213,4 +229,7 @@ def gather(run: LoggedRun, run_name: str, rows: int = TABLE_ROWS, *, alerts_read
         alerts_total=len(run.alerts),
         alerts_by_severity=by_severity(list(run.alerts.values())),
         alerts_read=alerts_read,
+        outcome_rewards=outcomes,
+        reward_components={name: values for name, values in sorted(components.items())},
+        reward_configs=list(configs.items()),  # in the order first seen (episodes by start)
     )

@@ -241,6 +241,27 @@ def _heldout(heldout: HeldOut) -> str:
     )
 
 
+def _reward_parts(data: ReportData) -> str:
+    """The outcome's share and each component's distribution; the reward configurations that composed
+    the grades, in the order first seen."""
+    charts = histogram_chart(
+        "outcome reward", data.outcome_rewards, unit="reward", empty="no grade recorded"
+    ) + "".join(
+        histogram_chart(f"component {name}", values, unit="value before its weight", empty="none measured")
+        for name, values in data.reward_components.items()
+    )
+    if not data.reward_configs:
+        versions = '<p class="note">No grade names its reward configuration (graded before v4).</p>'
+    else:
+        changed = len(data.reward_configs) > 1
+        note = "The configuration changed during the run." if changed else "One configuration throughout."
+        rows = [[version[:16], str(count)] for version, count in data.reward_configs]
+        versions = f'<p class="note">{note}</p>' + _table(("reward configuration", "grades"), rows)
+    if not data.reward_components:
+        charts += '<p class="note">No component was measured (the outcome rule alone).</p>'
+    return f'<div class="charts">{charts}</div>{versions}'
+
+
 def _training(learner: LearnerStats | None, heldout: HeldOut | None) -> list[str]:
     """The held-out and learner sections, each only when its source was given."""
     parts = []
@@ -309,6 +330,10 @@ def render_page(
             _alerts(data),
             "<h2>Rewards and throughput</h2>",
             f'<div class="charts">{charts_rewards}{charts_rate}{charts_tokens}</div>',
+            "<h2>Reward parts</h2>",
+            '<p class="note">Each grade\'s outcome share and the components it recorded apart '
+            "(actors/tasks/reward_config.py); a component is recorded whatever its weight.</p>",
+            _reward_parts(data),
             *_training(learner, heldout),
             "<h2>Step latency by stage</h2>",
             '<p class="note">From the events\' own timestamps: policy = previous event to ActionProposed; '

@@ -57,6 +57,11 @@ def register(workers: kit.Subparsers) -> None:
         help="inject a grading fault, for drills and tests: every grade passes (pass-all) or fails "
         "(fail-all); the grades name another verifier version (default: none)",
     )  # fmt: skip
+    command.add_argument(
+        "--reward-config", type=Path, metavar="FILE",
+        help="compose rewards with this reward configuration (TOML; actors/tasks/reward_config.py; its "
+        "sha256 is its version, named in every grade). Default: the brief's rule, no component weighed",
+    )  # fmt: skip
     add_cleanup(command)
     kit.add_telemetry(command)
 
@@ -87,6 +92,7 @@ def _cmd_worker_verifier(args: argparse.Namespace) -> int:
         tasks = FolderTasks(args.tasks)
     except TaskError as exc:
         raise StackError(str(exc), "fix or remove that task folder") from None
+    reward = kit.reward_config_of(args.reward_config)
     engine = kit.require_docker()
     paths = Paths.from_env()
     bootstrap = kit.bootstrap_of(args)
@@ -100,7 +106,7 @@ def _cmd_worker_verifier(args: argparse.Namespace) -> int:
         image_ids = ImageIds(lambda ref: str(client.images.get(ref).id), time.monotonic)
         worker = VerifierWorker(
             tasks, SnapshotGrader(backend, objects, default_image()), objects, origin,
-            versions=Versioner(version, image_ids, default_image()), fault=fault,
+            versions=Versioner(version, image_ids, default_image(), reward), fault=fault, reward=reward,
         )  # fmt: skip
         poll_ms = poll_interval_ms(tasks)
         settings = LoopSettings(bootstrap, args.group, args.run, max_poll_interval_ms=poll_ms)
@@ -113,7 +119,8 @@ def _cmd_worker_verifier(args: argparse.Namespace) -> int:
         kit.worker_logging()
         where = f"{loop.requests_topic} and {canaries.requests_topic} on {bootstrap}, group {args.group}"
         faulty = "" if fault is None else f", FAULT INJECTED: {fault.value}"
-        say(f"verifier {args.instance} ({len(tasks.ids)} tasks, version {version[:12]}{faulty}): {where}")
+        say(f"verifier {args.instance} ({len(tasks.ids)} tasks, version {version[:12]}, reward "
+            f"configuration {reward.version[:12]}{faulty}): {where}")  # fmt: skip
         start_telemetry(kit.telemetry_of(args, "trialog-verifier"))
         with cleanup(client, args), kit.stop_on_signals(loop.stopping):
             beside = threading.Thread(target=canaries.run, name="canaries", daemon=True)

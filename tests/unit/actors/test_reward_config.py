@@ -36,6 +36,9 @@ def test_a_weighted_component_adds_to_the_outcome_but_never_softens_a_penalty() 
         assert compose(config, verdict, 0, 2, {"efficiency": 1.0}).reward == expected
     with pytest.raises(ValueError, match="efficiency"):
         compose(config, Verdict.PASS, 2, 2, {})
+    # A penalty or an error is the outcome alone: nothing it lacks could change it.
+    assert compose(config, Verdict.TAMPERED, 0, 2, {}).reward == -1.0
+    assert compose(config, Verdict.ERROR, 0, 0, {}).reward == 0.0
 
 
 def test_the_version_is_the_content_not_the_spelling() -> None:
@@ -60,7 +63,7 @@ def test_efficiency_is_the_share_of_the_step_budget_left() -> None:
         ("[outcome\n", "not TOML"),
         ("[bonus]\nx = 1\n", "unknown section"),
         ("[outcome]\npasss = 1.0\n", "outcome.passs"),
-        ("[weights]\nmemory = 0.1\n", "weights.memory"),
+        ("[weights]\nlint = 0.1\n", "weights.lint"),
         ("[weights]\nefficiency = 2.0\n", "outside"),
         ("[weights]\nefficiency = true\n", "not a finite number"),
         ("[outcome]\npass = nan\n", "not a finite number"),
@@ -78,3 +81,38 @@ def test_a_configuration_file_loads_and_a_missing_one_is_a_clear_error(tmp_path:
     assert load(path).weights == {"efficiency": 0.5}
     with pytest.raises(RewardConfigError, match="cannot read"):
         load(tmp_path / "absent.toml")
+
+
+def test_each_resource_component_is_in_0_1_and_1_is_the_better() -> None:
+    from actors.tasks.reward_config import memory, no_leftovers, small_change, speed
+
+    assert speed(0.0, 30.0) == 1.0 and speed(15.0, 30.0) == 0.5 and speed(45.0, 30.0) == 0.0
+    assert memory(0, 100) == 1.0 and memory(25, 100) == 0.75 and memory(200, 100) == 0.0
+    assert (no_leftovers(0), no_leftovers(3)) == (1.0, 0.0)
+    assert small_change(0) == 1.0 and small_change(50) == 0.5 and 0.0 < small_change(10_000) < 0.01
+    for bad in (lambda: speed(1.0, 0.0), lambda: memory(-1, 10), lambda: small_change(-1)):
+        with pytest.raises(ValueError):
+            bad()
+
+
+def test_every_component_can_be_weighed_and_an_unknown_one_is_refused() -> None:
+    from actors.tasks.reward_config import COMPONENTS
+
+    text = "[weights]\n" + "".join(f"{name} = 0.1\n" for name in COMPONENTS)
+    assert set(parse(text).weights) == set(COMPONENTS)
+    with pytest.raises(RewardConfigError, match=r"weights\.lint"):
+        parse("[weights]\nlint = 0.1\n")
+
+
+def test_the_shipped_example_weighs_every_component_and_the_cli_reads_it_or_says_why(tmp_path: Path) -> None:
+    from ops.cli.kit import reward_config_of
+    from ops.paths import REPO_ROOT
+    from streams.errors import StackError
+
+    example = reward_config_of(REPO_ROOT / "examples" / "reward.toml")
+    assert example.version != DEFAULT.version and example.weights["efficiency"] == 0.1
+    assert reward_config_of(None) is DEFAULT
+    broken = tmp_path / "r.toml"
+    broken.write_text("[weights]\nefficiency = 3\n")
+    with pytest.raises(StackError, match="outside"):
+        reward_config_of(broken)

@@ -258,3 +258,111 @@ def test_a_canary_is_graded_afresh_while_an_episode_grade_may_come_from_the_cach
     worker.handle_canary(request)
     worker.handle_canary(request)
     assert len(grader.calls) == 3
+
+
+def _partial(task: Task) -> Verification:
+    first, *rest = task.test_ids
+    reports = [(first, Outcome.PASSED), *((test_id, Outcome.FAILED) for test_id in rest)]
+    return Verification(grade(expected=task.test_ids, reports=reports), 0.5)
+
+
+def test_the_reward_is_composed_by_the_configuration_and_each_component_recorded(
+    tasks: FolderTasks, task: Task
+) -> None:
+    import dataclasses
+
+    from actors.tasks.reward_config import DEFAULT, parse
+    from actors.verifier.versions import ImageIds, Versioner, verifier_version
+
+    config = parse("[weights]\nefficiency = 0.5\n")
+    objects = MemoryObjectStore()
+    image_ids = ImageIds(lambda ref: "sha256:one", lambda: 0.0)
+    worker = VerifierWorker(
+        tasks, FakeGrader({SNAPSHOT: _partial(task), "tampered": Verification(
+            grade(expected=task.test_ids, reports=(), tampered_paths=("tests/x.py",)), 0.1)}),
+        objects, fixed_origin(), reward=config,
+        versions=Versioner(verifier_version(VERIFIER_ID), image_ids, "default-image", config),
+    )  # fmt: skip
+    request = dataclasses.replace(
+        verify_request(_meta(task, snapshot_id=SNAPSHOT)),  # type: ignore[arg-type]
+        steps_used=3,
+        step_budget=12,
+    )
+    answer = worker.handle(request)
+    outcome = 1 / len(task.test_ids) - 0.2
+    assert answer.verdict is Verdict.PARTIAL and answer.outcome_reward == pytest.approx(outcome)
+    assert dict(answer.components) == {"efficiency": 0.75}
+    assert answer.reward == pytest.approx(outcome + 0.5 * 0.75)
+    assert answer.versions is not None and answer.versions.reward_config == config.version != DEFAULT.version
+    report = json.loads(objects.get(answer.report))  # type: ignore[arg-type]
+    assert report["components"] == {"efficiency": 0.75} and report["reward_config"] == config.canonical()
+    assert default_codec().decode(default_codec().encode(answer)) == answer
+    # A penalty is never softened: the component is recorded, and not added.
+    tampered = worker.handle(dataclasses.replace(request, meta=_meta(task, snapshot_id="tampered")))  # type: ignore[arg-type]
+    assert (tampered.reward, tampered.outcome_reward, dict(tampered.components)) == (
+        -1.0,
+        -1.0,
+        {"efficiency": 0.75},
+    )
+    # The same workspace, graded once, at another step count: the composition is the request's own.
+    slower = worker.handle(dataclasses.replace(request, steps_used=12))
+    assert slower.outcome_reward == answer.outcome_reward and slower.reward == pytest.approx(outcome)
+
+
+def test_a_weighted_component_the_request_cannot_give_is_an_error_never_a_guess(
+    tasks: FolderTasks, task: Task
+) -> None:
+    """A request from a streams worker that predates step counts (VerifyRequest v1) cannot be composed
+    under a configuration that weighs efficiency: it is not trained on, and the report says why."""
+    from actors.tasks.reward_config import parse
+
+    objects = MemoryObjectStore()
+    worker = VerifierWorker(
+        tasks, FakeGrader({SNAPSHOT: _passing(task)}), objects, fixed_origin(),
+        reward=parse("[weights]\nefficiency = 0.5\n"),
+    )  # fmt: skip
+    answer = worker.handle(verify_request(_meta(task, snapshot_id=SNAPSHOT)))  # type: ignore[arg-type]
+    assert answer.verdict is Verdict.ERROR and answer.reward == 0.0
+    assert "efficiency" in json.loads(objects.get(answer.report))["detail"]  # type: ignore[arg-type]
+    # A canary is the outcome alone: it checks the grader, whatever the configuration weighs.
+    canary = worker.handle_canary(verify_request(_meta(task, snapshot_id=SNAPSHOT)))  # type: ignore[arg-type]
+    assert (canary.verdict, canary.reward, canary.components) == (Verdict.PASS, 1.0, ())
+
+
+def test_without_a_configuration_the_reward_is_the_brief_rule_and_efficiency_is_still_measured(
+    tasks: FolderTasks, task: Task
+) -> None:
+    import dataclasses
+
+    worker = VerifierWorker(
+        tasks, FakeGrader({SNAPSHOT: _passing(task)}), MemoryObjectStore(), fixed_origin()
+    )
+    request = dataclasses.replace(
+        verify_request(_meta(task, snapshot_id=SNAPSHOT)),  # type: ignore[arg-type]
+        steps_used=30,
+        step_budget=12,  # more than the budget (a truncation's last step): capped
+    )
+    answer = worker.handle(request)
+    assert (answer.reward, answer.outcome_reward, dict(answer.components)) == (1.0, 1.0, {"efficiency": 0.0})
+
+
+def test_resource_measures_become_components_against_the_requests_limits(
+    tasks: FolderTasks, task: Task
+) -> None:
+    import dataclasses
+
+    from actors.tasks.change import ChangeSize
+    from actors.tasks.verify import Resources
+    from sandbox_agent.limits import MIB
+
+    measures = Resources(
+        test_wall_s=7.5, memory_peak_bytes=128 * MIB, left_running=2, change=ChangeSize(1, 30, 20)
+    )
+    graded = dataclasses.replace(_passing(task), resources=measures)
+    worker = VerifierWorker(tasks, FakeGrader({SNAPSHOT: graded}), MemoryObjectStore(), fixed_origin())
+    request = verify_request(_meta(task, snapshot_id=SNAPSHOT))  # type: ignore[arg-type]  # 30 s, 512 MiB
+    components = dict(worker.handle(request).components)
+    assert components == {"speed": 0.75, "memory": 0.75, "no_leftovers": 0.0, "small_change": 0.5}
+    unmeasured = dataclasses.replace(_passing(task), resources=Resources())
+    worker = VerifierWorker(tasks, FakeGrader({SNAPSHOT: unmeasured}), MemoryObjectStore(), fixed_origin())
+    assert worker.handle(request).components == ()  # nothing measured, nothing recorded

@@ -90,3 +90,41 @@ def test_an_episode_that_cannot_be_graded_again_is_an_error_not_a_pass() -> None
     assert not report.ok and report.errors[0].error.startswith("unknown_task")
     failing = recheck(run, Tasks(), Grader(0.0, GradeVerdict.ERROR, passed=0))
     assert not failing.ok and "grading failed" in failing.errors[0].error
+
+
+def _recorded_as(run: LoggedRun, episode_id: str, **fields: object) -> None:
+    """The episode's RewardAssigned as a verifier under some reward configuration would have written it."""
+    import dataclasses
+
+    from schemas.events import RewardAssigned
+
+    events = run.episodes[episode_id].events
+    for index, logged in enumerate(events):
+        if isinstance(logged.event, RewardAssigned):
+            events[index] = dataclasses.replace(logged, event=dataclasses.replace(logged.event, **fields))  # type: ignore[arg-type]
+
+
+def test_each_component_is_measured_again_from_the_log_and_compared_by_name() -> None:
+    from actors.tasks.reward_config import parse
+    from schemas.versions import GradeVersions
+
+    config = parse("[weights]\nefficiency = 0.2\n")
+    run = LoggedRun.collect(healthy_run(2).records)
+    honest = 1 - 3 / 16  # two commands and a submit of a 16-step budget
+    versions = GradeVersions("v", "i", "t", config.version)
+    for episode_id, efficiency in (("ep-0", honest), ("ep-1", 1.0)):  # ep-1 claims it took no step
+        _recorded_as(
+            run, episode_id, reward=1.0 + 0.2 * efficiency, outcome_reward=1.0,
+            components=(("efficiency", efficiency),), versions=versions,
+        )  # fmt: skip
+    report = recheck(run, Tasks(), Grader(), reward=config)
+    honest_check, forged = report.episodes
+    assert honest_check.fresh is not None and dict(honest_check.fresh.components) == {"efficiency": honest}
+    assert [d.field for d in honest_check.differences if d.source == "RewardAssigned"] == []
+    found = {(d.source, d.field): (d.recorded, d.regraded) for d in forged.differences}
+    assert found[("RewardAssigned", "components.efficiency")] == (1.0, honest)
+    assert found[("RewardAssigned", "reward")][0] == 1.2
+    # Rechecked under another configuration: the version says so, whatever the numbers.
+    other = recheck(run, Tasks(), Grader())
+    fields = {d.field for d in other.episodes[0].differences if d.source == "RewardAssigned"}
+    assert "reward_config" in fields and "outcome_reward" not in fields

@@ -146,3 +146,28 @@ def test_the_page_lists_the_runs_alerts_escaped_with_counts_by_severity() -> Non
     assert "No alert was raised." in quiet
     old = render_page(gather(LoggedRun.collect(log.records), RUN, alerts_read=False), "http://j")
     assert "The run has no alerts topic" in old
+
+
+def test_each_reward_component_and_a_configuration_change_are_shown() -> None:
+    from schemas.events import RewardAssigned
+    from schemas.versions import GradeVersions
+
+    run = LoggedRun.collect(healthy_run(3).records)
+    page = render_page(gather(run, "r"), "http://jaeger:16686")
+    assert "No component was measured" in page and "graded before v4" in page
+    for index, (config, efficiency) in enumerate([("a" * 64, 0.25), ("a" * 64, 0.5), ("b" * 64, 0.75)]):
+        events = run.episodes[f"ep-{index}"].events
+        for position, logged in enumerate(events):
+            if isinstance(logged.event, RewardAssigned):
+                graded = dataclasses.replace(
+                    logged.event, reward=0.9, outcome_reward=0.8, components=(("efficiency", efficiency),),
+                    versions=GradeVersions("v", "i", "t", config),
+                )  # fmt: skip
+                events[position] = dataclasses.replace(logged, event=graded)
+    data = gather(run, "r")
+    assert data.outcome_rewards == [0.8, 0.8, 0.8]
+    assert data.reward_components == {"efficiency": [0.25, 0.5, 0.75]}
+    assert data.reward_configs == [("a" * 64, 2), ("b" * 64, 1)]
+    page = render_page(data, "http://jaeger:16686")
+    assert "component efficiency" in page and "The configuration changed during the run." in page
+    assert ("a" * 16) in page and ("b" * 16) in page

@@ -126,7 +126,7 @@ def test_a_bundle_holds_the_records_and_every_blob_they_name(tmp_path: Path) -> 
     without = bundle.manifest["images"]["without_recipe"]  # the made-up images of the scripted log
     assert "img" in without and "trialog-sandbox:abc" not in without
     assert (out / recipe["files"][0]).read_bytes() == b"FROM base\n"
-    assert bundle.manifest["reward"]["pass"] == 1.0 and bundle.manifest["pinned"] == []
+    assert bundle.manifest["reward"]["outcome"]["pass"] == 1.0 and bundle.manifest["pinned"] == []
 
 
 def test_a_blob_missing_from_the_store_is_listed_as_missing(tmp_path: Path) -> None:

@@ -258,22 +258,22 @@ def test_a_v1_reward_reads_today_with_no_tamper_signals(codec: Codec) -> None:
     """A v1 verifier recorded no signals: [] is what its records mean, so no upcaster is registered."""
     _, graded = _graded(codec)
     record = graded.to_record()
-    for since_v2_or_v3 in ("tamper_signals", "versions", "duration_us"):  # what a v1 verifier wrote
-        del record[since_v2_or_v3]
+    for since_v2_to_v4 in ("tamper_signals", "versions", "duration_us", "outcome_reward", "components"):
+        del record[since_v2_to_v4]  # what a v1 verifier wrote
     v1 = codec.catalog.version(RewardAssigned.SCHEMA, 1)
     data = write_with(v1, record)
     assert codec.schema_of(data) == (RewardAssigned.SCHEMA, 1)
     read = codec.decode_as(data, RewardAssigned)
     assert read == graded and read.tamper_signals == () and read.tampered_paths == ("tests/t\udcff.py",)
     assert upcast_chain(RewardAssigned.SCHEMA, 1, 2) == ()
-    assert codec.schema_of(codec.encode(read)) == (RewardAssigned.SCHEMA, 3)
+    assert codec.schema_of(codec.encode(read)) == (RewardAssigned.SCHEMA, 4)
 
 
 def test_a_v2_reward_reads_today_naming_no_versions(codec: Codec) -> None:
     """A v2 verifier named no versions and no grading time: None and 0 are what its records mean."""
     _, graded = _graded(codec, ("a signal",))
     record = graded.to_record()
-    del record["versions"], record["duration_us"]
+    del record["versions"], record["duration_us"], record["outcome_reward"], record["components"]
     data = write_with(codec.catalog.version(RewardAssigned.SCHEMA, 2), record)
     read = codec.decode_as(data, RewardAssigned)
     assert read == graded and read.versions is None and read.duration_us == 0
@@ -310,13 +310,52 @@ def test_tamper_signals_round_trip_losslessly_in_the_reward_and_the_snapshot(cod
     assert codec.decode_as(codec.encode(graded), RewardAssigned).tamper_signals == signals
     state = dataclasses.replace(fold(script.entries), reward=graded)
     assert codec.decode_as(codec.encode(state), EpisodeState).reward == graded
-    assert codec.schema_of(codec.encode(state)) == (EpisodeState.SCHEMA, 4)
+    assert codec.schema_of(codec.encode(state)) == (EpisodeState.SCHEMA, 5)
 
 
 def test_a_v2_snapshot_with_a_v1_reward_reads_today(codec: Codec) -> None:
     script, graded = _graded(codec)
     record = dataclasses.replace(fold(script.entries), reward=graded).to_record()
-    del record["reward"][1]["tamper_signals"]  # (branch, record): fastavro's union notation
+    for since_v2_to_v4 in ("tamper_signals", "outcome_reward", "components"):
+        del record["reward"][1][since_v2_to_v4]  # (branch, record): fastavro's union notation
     v2 = codec.catalog.version(EpisodeState.SCHEMA, 2)
     read = codec.decode_as(write_with(v2, record), EpisodeState)
     assert read.reward == graded
+
+
+# -- v4 of RewardAssigned: the outcome's share and the components (and v5 of the EpisodeSnapshot) ---------
+
+
+@pytest.mark.parametrize("reward", [1.0, -1.0, 0.4666])
+def test_a_v3_reward_reads_today_as_the_outcome_alone(codec: Codec, reward: float) -> None:
+    """Before v4 a reward was the outcome rule alone: the upcaster, not the default 0.0, says so."""
+    _, graded = _graded(codec)
+    graded = dataclasses.replace(graded, reward=reward, outcome_reward=None)
+    record = graded.to_record()
+    del record["outcome_reward"], record["components"]
+    data = write_with(codec.catalog.version(RewardAssigned.SCHEMA, 3), record)
+    read = codec.decode_as(data, RewardAssigned)
+    assert read.outcome_reward == reward and read.components == () and read == graded
+    assert codec.schema_of(codec.encode(read)) == (RewardAssigned.SCHEMA, 4)
+
+
+def test_a_v4_snapshot_with_a_v3_reward_reads_today(codec: Codec) -> None:
+    script, graded = _graded(codec)
+    state = dataclasses.replace(fold(script.entries), reward=graded)
+    record = state.to_record()
+    del record["reward"][1]["outcome_reward"], record["reward"][1]["components"]
+    read = codec.decode_as(write_with(codec.catalog.version(EpisodeState.SCHEMA, 4), record), EpisodeState)
+    assert read.reward == graded and read.reward is not None and read.reward.outcome_reward == -1.0
+    bare = dataclasses.replace(state, reward=None).to_record()  # a state not graded yet: nothing to upcast
+    read_bare = codec.decode_as(write_with(codec.catalog.version(EpisodeState.SCHEMA, 4), bare), EpisodeState)
+    assert read_bare.reward is None
+
+
+def test_components_round_trip_by_name(codec: Codec) -> None:
+    _, graded = _graded(codec)
+    composed = dataclasses.replace(
+        graded, reward=0.9, outcome_reward=0.8, components=(("efficiency", 0.5), ("change_size", 0.25))
+    )
+    read = codec.decode_as(codec.encode(composed), RewardAssigned)
+    assert read == composed and dict(read.components) == {"efficiency": 0.5, "change_size": 0.25}
+    assert read.components[0][0] == "change_size"  # kept sorted: equal grades compare equal

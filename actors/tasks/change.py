@@ -1,0 +1,65 @@
+"""The size of an agent's change: its final workspace against the task's original repo/, on the host.
+
+A resource signal of a grade (`actors.tasks.reward_config`): how many files differ, how many lines were
+added and removed. Lines are compared as multisets per file (a line moved within a file counts as
+neither), which is linear in the files' sizes where a real diff is quadratic at worst: a policy must not be
+able to make grading slow by writing a pathological file. Compiled Python and caches are left out, as the
+grader's own copy leaves them out (`actors.tasks.workspace`). Nothing is followed through a link.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from actors.tasks.tamper import Entry, EntryKind, snapshot_tree
+
+IGNORED_PARTS = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"})
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeSize:
+    files: int  # files (and links) added, removed or changed
+    lines_added: int
+    lines_removed: int
+
+    @property
+    def lines(self) -> int:
+        return self.lines_added + self.lines_removed
+
+
+def change_size(repo_dir: Path, workspace: Path) -> ChangeSize:
+    return diff_trees(_tree(repo_dir), _tree(workspace))
+
+
+def diff_trees(before: dict[str, Entry], after: dict[str, Entry]) -> ChangeSize:
+    """Pure: the change from one tree (path -> entry) to another."""
+    files = added = removed = 0
+    for path in sorted(before.keys() | after.keys()):
+        old, new = before.get(path), after.get(path)
+        if old == new:
+            continue
+        files += 1
+        old_lines = _lines(old)
+        new_lines = _lines(new)
+        added += sum((new_lines - old_lines).values())
+        removed += sum((old_lines - new_lines).values())
+    return ChangeSize(files, added, removed)
+
+
+def _tree(root: Path) -> dict[str, Entry]:
+    return {
+        path: entry
+        for path, entry in snapshot_tree(root).items()
+        if not IGNORED_PARTS.intersection(path.split("/")) and not path.endswith((".pyc", ".pyo"))
+    }
+
+
+def _lines(entry: Entry | None) -> Counter[bytes]:
+    """A file's lines; a link or anything else counts as one line (its target or kind)."""
+    if entry is None:
+        return Counter()
+    if entry.kind is EntryKind.FILE:
+        return Counter(entry.data.splitlines())
+    return Counter([entry.kind.value.encode() + b":" + entry.data])
