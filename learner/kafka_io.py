@@ -15,7 +15,7 @@ from learner.state import Arrival, Input, Position, Unreadable
 from schemas.codec import Codec, DecodeError, default_codec
 from schemas.origin import Clock
 from schemas.publications import PolicyPublished
-from schemas.topics import POLICY_VERSIONS, RUN_CONTROL, TRAJECTORIES_COMPLETED
+from schemas.topics import POLICY_VERSIONS, PROGRESS_RESULTS, RUN_CONTROL, TRAJECTORIES_COMPLETED
 from schemas.trajectories import TrajectoryCompleted
 
 log = logging.getLogger(__name__)
@@ -140,6 +140,44 @@ class KafkaControlFeed:
         # Records read before an error are kept for the next poll: the reader has gone past them, and the
         # learner takes in no trajectory until it has the control log up to its end.
         read = self._unreturned
+        try:
+            for _topic, value in decoded(self._reader.to_end(timeout_s=self.read_timeout_s)):
+                read.append(value)
+        except ReadError as exc:
+            raise KafkaTimeoutError(str(exc)) from None
+        self._unreturned = []
+        return read
+
+    def close(self) -> None:
+        self._reader.close()
+
+
+class KafkaProgressFeed:
+    """The run's `progress.results` (process grades), read from its beginning, then caught up at every
+    poll. Read whole after a restart: the learner keeps the grades of the episodes it has yet to train, and
+    a grade older than them is dropped at once."""
+
+    def __init__(self, bootstrap: str, run: str, read_timeout_s: float = 10.0) -> None:
+        from streams.kafka.reader import LogReader, ReadError
+
+        self.read_timeout_s = read_timeout_s
+        self._unreturned: list[object] = []
+        try:
+            self._reader = LogReader(
+                bootstrap,
+                [PROGRESS_RESULTS.of(run)],
+                require_topics=True,
+                client_id="trialog-learner-progress",
+            )
+        except ReadError as exc:
+            raise RuntimeError(f"{exc} (create the run's topics first)") from None
+
+    def poll(self) -> list[object]:
+        from kafka.errors import KafkaTimeoutError
+
+        from streams.kafka.reader import ReadError, decoded
+
+        read = self._unreturned  # what a failed catch-up had read: the reader is past it
         try:
             for _topic, value in decoded(self._reader.to_end(timeout_s=self.read_timeout_s)):
                 read.append(value)

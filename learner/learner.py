@@ -34,7 +34,7 @@ from learner.defaults import STATS_FILE
 from learner.lora import Adaptation, adapt, load_trainable_state, merged_weights, trainable_parameters
 from learner.lora import trainable_state as current_trainable_state
 from learner.publish import Announcer, announce_once, store_weights
-from learner.samples import PromptEncoder, SampleCounts, group_samples
+from learner.samples import PromptEncoder, SampleCounts, group_samples, turn_bonuses
 from learner.state import (
     Arrival,
     Control,
@@ -55,11 +55,13 @@ from learner.trainer import TrainSettings, TrainStats, train_epochs
 from schemas.blobs import ObjectStore
 from schemas.codec import Codec, default_codec
 from schemas.origin import Origin
+from schemas.progress import StepGraded
 from schemas.publications import PolicyPublished
 from streams.telemetry import metrics, tracing
 from streams.telemetry.ids import Headers
 
 log = logging.getLogger(__name__)
+MAX_GRADED_EPISODES = 100_000
 
 
 @dataclass(frozen=True)
@@ -73,10 +75,15 @@ class LearnerSettings:
     # PPO-clipped passes over a step's samples, one optimizer step each, before the version is published
     # (the clipped ratio against the behaviour log-probs keeps later passes near the sampling policy).
     epochs: int = 1
+    # Weight of the process rewards (schemas.progress: a step's change in pass rate, from the grades of
+    # progress.results) added to each turn's advantage. 0: the outcome reward alone (the default).
+    process_reward_coef: float = 0.0
 
     def __post_init__(self) -> None:
         if self.epochs < 1:
             raise ValueError(f"epochs must be at least 1, not {self.epochs}")
+        if not (0.0 <= self.process_reward_coef <= 10.0):
+            raise ValueError(f"process_reward_coef must be in [0, 10], not {self.process_reward_coef}")
 
 
 @dataclass
@@ -117,6 +124,8 @@ class Learner:
         self.published: PolicyPublished | None = None
         self.unannounced: PolicyPublished | None = None  # checkpointed, not yet on policy.versions
         self.activity = Activity()
+        # Process grades of episodes not trained yet, by episode (`take_grades`; only with a coefficient).
+        self.grades: dict[str, list[StepGraded]] = {}
         self._saved = self.state  # the planner state the checkpoint holds (the initial one: no file needed)
 
     @property
@@ -202,6 +211,24 @@ class Learner:
             tracing.annotate(trajectory)  # run, episode, task, task version, step, attempt, policy version
             yield
 
+    def take_grades(self, records: Iterable[object]) -> None:
+        """Keep the process grades of `progress.results` for the episodes still to be trained (the oldest
+        episodes' are dropped past `MAX_GRADED_EPISODES`: an episode that never reaches a step)."""
+        for record in records:
+            if isinstance(record, StepGraded) and record.meta.run_id == self.settings.run_id:
+                self.grades.setdefault(record.meta.episode_id, []).append(record)
+        while len(self.grades) > MAX_GRADED_EPISODES:
+            del self.grades[next(iter(self.grades))]
+
+    def _bonuses(self, groups: Sequence[ReadyGroup]) -> dict[str, list[float]]:
+        coef = self.settings.process_reward_coef
+        if coef <= 0.0:
+            return {}
+        return {
+            m.episode_id: turn_bonuses(m.trajectory, self.grades.get(m.episode_id, ()), coef)
+            for group in groups for m in group.members
+        }  # fmt: skip
+
     def train_ready(self) -> None:
         # A version is announced before the next is trained: the checkpoint holds one announcement, so
         # training on past an unannounced version could leave a gap in policy.versions after a crash.
@@ -217,7 +244,8 @@ class Learner:
         counts = SampleCounts()
         for group in step:
             trajectories = [m.trajectory for m in group.members]
-            usable, group_counts = group_samples(trajectories, group.advantages, self.encoder)
+            bonuses = self._bonuses([group])
+            usable, group_counts = group_samples(trajectories, group.advantages, self.encoder, bonuses)
             self.activity.samples += group_counts
             if not usable:
                 log.warning("group %s has no usable sample (%s); not trained", group.group_key, group_counts)
@@ -230,6 +258,8 @@ class Learner:
             return
         version = self.state.version + 1
         episodes = [m.episode_id for g in groups for m in g.members]
+        for episode in episodes:  # trained: their grades are spent
+            self.grades.pop(episode, None)
         # The step's own trace, linked to every episode it trains on: from a version to its episodes.
         with tracing.learner_step_span(
             self.settings.run_id, version, episodes, {"trialog.learner.groups": len(groups)}

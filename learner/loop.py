@@ -34,11 +34,13 @@ def run(
     poll_ms: int = 500,
     idle_checkpoint_s: float = IDLE_CHECKPOINT_S,
     control: ControlFeed | None = None,
+    progress: ControlFeed | None = None,
 ) -> None:
     """Consume until `stopping` is set: each record of a poll, then a clock tick (group timeouts), then the
-    training steps on what is ready. Progress without a training step is checkpointed when a poll finds
-    nothing new (at most every `idle_checkpoint_s`) and at the end of a clean stop
-    (`Learner.save_progress`). `control`: the run's control log (None: an empty one)."""
+        training steps on what is ready. Progress without a training step is checkpointed when a poll finds
+        nothing new (at most every `idle_checkpoint_s`) and at the end of a clean stop
+        (`Learner.save_progress`). `control`: the run's control log (None: an empty one). `progress`: the
+    run's process grades (None: none read), for the process rewards; a failed read delays no training."""
     control = control if control is not None else MemoryControlFeed()
     last_saved = time.monotonic()
     while not stopping.is_set():
@@ -48,6 +50,13 @@ def run(
             log.warning("cannot read the run's control log (%s); retrying", exc)
             stopping.wait(RETRY_S)
             continue
+        if progress is not None:
+            try:
+                learner.take_grades(progress.poll())
+            except KafkaError as exc:
+                log.warning(
+                    "cannot read the run's process grades (%s); training on without the new ones", exc
+                )
         learner.announce_pending()
         learner.train_ready()  # groups ready in the checkpoint, or held back by an unsent announcement
         try:

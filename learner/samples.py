@@ -18,13 +18,14 @@ The chat encoder of the LLM policy (`actors.rollout.llm.ChatPromptEncoder`) is l
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from learner.defaults import PROMPT_ENCODERS
 from learner.step import Sample
+from schemas.progress import StepGraded, process_rewards
 from schemas.requests import PolicyRequest, SamplingParams
 from schemas.trajectories import TrajectoryCompleted
 
@@ -65,9 +66,13 @@ def step_request(trajectory: TrajectoryCompleted, index: int) -> PolicyRequest:
 
 
 def trajectory_samples(
-    trajectory: TrajectoryCompleted, advantage: float, encoder: PromptEncoder
+    trajectory: TrajectoryCompleted,
+    advantage: float,
+    encoder: PromptEncoder,
+    turn_bonus: Sequence[float] = (),
 ) -> tuple[list[Sample], SampleCounts]:
-    """One sample per model turn with response tokens, each carrying the trajectory's advantage."""
+    """One sample per model turn with response tokens, each carrying the trajectory's advantage plus its
+    turn's bonus (`turn_bonuses`: weighted process rewards; none by default)."""
     samples: list[Sample] = []
     refused = empty = 0
     for index, step in enumerate(trajectory.steps):
@@ -79,17 +84,32 @@ def trajectory_samples(
         if len(prompt) != action.prompt_tokens or not prompt:
             refused += 1
             continue
-        samples.append(Sample(tuple(prompt), action.token_ids, action.logprobs, advantage))
+        bonus = turn_bonus[index] if index < len(turn_bonus) else 0.0
+        samples.append(Sample(tuple(prompt), action.token_ids, action.logprobs, advantage + bonus))
     return samples, SampleCounts(len(samples), refused, empty)
 
 
+def turn_bonuses(trajectory: TrajectoryCompleted, grades: Sequence[StepGraded], coef: float) -> list[float]:
+    """Each turn's share of the process reward (`schemas.progress.process_rewards`: the change in pass
+    rate its step made), times `coef`; 0 for a turn without one (not graded, or a submit, which changes
+    no workspace)."""
+    executed = sum(1 for step in trajectory.steps if step.result is not None)
+    rewards = process_rewards(executed, grades)
+    return [coef * (rewards[i] or 0.0) if i < len(rewards) else 0.0 for i in range(len(trajectory.steps))]
+
+
 def group_samples(
-    trajectories: Sequence[TrajectoryCompleted], advantages: Sequence[float], encoder: PromptEncoder
+    trajectories: Sequence[TrajectoryCompleted],
+    advantages: Sequence[float],
+    encoder: PromptEncoder,
+    bonuses: Mapping[str, Sequence[float]] | None = None,
 ) -> tuple[list[Sample], SampleCounts]:
+    """The samples of a group's trajectories; `bonuses` by episode id (`turn_bonuses`), where known."""
     samples: list[Sample] = []
     counts = SampleCounts()
     for trajectory, advantage in zip(trajectories, advantages, strict=True):
-        more, more_counts = trajectory_samples(trajectory, advantage, encoder)
+        bonus = (bonuses or {}).get(trajectory.meta.episode_id, ())
+        more, more_counts = trajectory_samples(trajectory, advantage, encoder, bonus)
         samples += more
         counts += more_counts
     return samples, counts

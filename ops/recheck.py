@@ -11,9 +11,10 @@ not be graded again (its task or snapshot unavailable, a sandbox failure) is an 
 The reward is composed again under the reward configuration the recheck is given (`--reward-config`; the
 brief's rule by default): the outcome's share from the fresh grade, and each component the RewardAssigned
 recorded measured again (efficiency from the log's actions and step budget, the size of the change from the
-regraded workspace), each compared by name; a grade recorded under another configuration version is a
-difference of its own. Components measured while the run ran (speed, memory, processes left running) are
-composed as recorded: a second run would time them differently, so they are not compared.
+regraded workspace, lint and types from its static checks when the run measured them), each compared by
+name; a grade recorded under another configuration version is a difference of its own. Components measured
+while the run ran (speed, memory, processes left running) are composed as recorded: a second run would
+time them differently, so they are not compared.
 
 The comparison is pure (`compare`); grading goes through the `Grader` and `TaskSource` protocols.
 """
@@ -27,7 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from actors.tasks.reward_config import DEFAULT as DEFAULT_REWARD
-from actors.tasks.reward_config import MEASURED_AT_RUN, RewardConfig, compose, efficiency, small_change
+from actors.tasks.reward_config import (
+    MEASURED_AT_RUN,
+    RewardConfig,
+    clean,
+    compose,
+    efficiency,
+    small_change,
+)
 from actors.tasks.spec import Task
 from actors.verifier.grading import Grader
 from actors.verifier.tasks import TaskSource, TaskUnavailable
@@ -36,6 +44,7 @@ from sandbox_agent.scratch import owned_temp_dir
 from schemas.blobs import ObjectStore
 from schemas.trajectories import TrajectoryCompleted
 
+STATIC = frozenset({"lint", "types"})  # components only a grader with static checks measures
 REWARD_TOLERANCE = 1e-6  # rewards are doubles computed by one rule; anything above noise is a difference
 
 
@@ -262,8 +271,13 @@ def recheck_episode(
         return _with_error(base, f"grading failed: {grade.detail}")
     try:
         components = {**run_time_components(episode), **episode_components(episode)}
-        if (change := verification.resources.change) is not None:
-            components["small_change"] = small_change(change.lines)
+        measures = verification.resources
+        if measures.change is not None:
+            components["small_change"] = small_change(measures.change.lines)
+        if measures.lint_new is not None:
+            components["lint"] = clean(measures.lint_new)
+        if measures.types_new is not None:
+            components["types"] = clean(measures.types_new)
         composed = compose(reward, grade.verdict, grade.passed, grade.total, components)
     except ValueError as exc:
         return _with_error(base, f"reward_config: {exc}")
@@ -320,7 +334,12 @@ def recheck_in_sandboxes(
         ProgressBar(todo, "recheck", quiet=quiet) as bar,
     ):
         tasks = BundledTasks(run.tasks, objects, Path(scratch), fallback)
-        grader = SnapshotGrader(backend, store, default_image())
+        # The static checkers run only where the run's grades recorded what they measure.
+        static = any(
+            name in STATIC for episode in run.episodes.values() if episode.reward is not None
+            for name, _ in episode.reward.components
+        )  # fmt: skip
+        grader = SnapshotGrader(backend, store, default_image(), static=static)
 
         def done(result: EpisodeRecheck) -> None:
             bar.advance(f"{result.episode}: {'differs' if result.differences else result.error or 'same'}")

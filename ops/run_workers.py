@@ -39,6 +39,8 @@ def worker_commands(
     *,
     guard: bool = True,
     reward_config: Path | None = None,
+    grade_steps: str = "off",
+    static_signals: bool = False,
 ) -> dict[str, list[str]]:
     """The command line of each worker kind for `run` (one process each); `rollout_args` are more
     options of the rollout worker (the model, a pinned policy version); with `telemetry`, each traces
@@ -50,7 +52,9 @@ def worker_commands(
 
     `guard`: also the run's guard (`trialog worker guard`: canaries, pause, quarantine; on by default, as a
     run pinned by `run start` has its learner wait for the canaries' clearance). `reward_config`: the
-    verifier composes rewards with that file (`actors.tasks.reward_config`; default: the brief's rule)."""
+    verifier composes rewards with that file (`actors.tasks.reward_config`; default: the brief's rule).
+    `grade_steps`: the streams worker's step grading (`streams.step_grading`; process rewards).
+    `static_signals`: the verifier also measures the lint and type findings a change adds."""
     base = [sys.executable, "-m", "ops.cli", "worker"]
     common = ["--run", run, "--bootstrap", bootstrap]
     home = paths.component("runs") / (run or "default")
@@ -59,7 +63,9 @@ def worker_commands(
     if policy == "scripted":
         rollout += [arg for folder in tasks for arg in ("--solutions", str(folder))]
     commands = {
-        "streams": [*base, "streams", *common, "--data-dir", str(home / "streams-data")],
+        "streams": [
+            *base, "streams", *common, "--data-dir", str(home / "streams-data"), "--grade-steps", grade_steps,
+        ],
         "sandbox": [
             *base, "sandbox", *common, "--group", f"{run}.trialog-sandbox",
             "--objects", str(paths.objects), "--state", str(home / "sandbox-steps"),
@@ -69,6 +75,7 @@ def worker_commands(
             *base, "verifier", *common, "--group", f"{run}.trialog-verifier",
             *folders, "--objects", str(paths.objects),
             *(["--reward-config", str(reward_config)] if reward_config is not None else []),
+            *(["--static-signals"] if static_signals else []),
         ],
         # Grades nothing itself: asks the verifiers for canaries, watches the grades (actors.guard).
         "guard": [*base, "guard", *common, *folders, "--objects", str(paths.objects)],

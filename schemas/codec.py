@@ -35,6 +35,7 @@ from schemas.commands import AbortEpisode, StartEpisode
 from schemas.deadletter import DeadLetter
 from schemas.difficulty import TaskDifficulty
 from schemas.events import EPISODE_EVENT_TYPES
+from schemas.progress import StepGraded
 from schemas.publications import PolicyPublished, TaskPublished, TaskReviewed
 from schemas.record import AvroDict, Record
 from schemas.requests import PolicyRequest, SandboxRequest, VerifyRequest
@@ -296,6 +297,7 @@ DEFAULT_TYPES: tuple[type[Record], ...] = (
     *CONTROL_TYPES,
     CanaryGraded,
     Alert,
+    StepGraded,
 )
 """Every message type, with the schema it is written with."""
 

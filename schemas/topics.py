@@ -30,6 +30,7 @@ from schemas.events import (
     RewardAssigned,
     StepExecuted,
 )
+from schemas.progress import StepGraded
 from schemas.publications import PolicyPublished, TaskPublished, TaskReviewed
 from schemas.record import Record
 from schemas.requests import PolicyRequest, SandboxRequest, VerifyRequest
@@ -96,6 +97,10 @@ CANARY_REQUESTS = Topic("canary.requests", 2, Key.EPISODE_ID, (VerifyRequest,))
 CANARY_RESULTS = Topic("canary.results", 2, Key.EPISODE_ID, (RewardAssigned,))
 CANARY_GRADES = Topic("canary.grades", 1, Key.NONE, (CanaryGraded,))
 ALERTS = Topic("alerts", 1, Key.NONE, (Alert,))
+# Process grades: intermediate workspaces the owner asks the verifiers to grade beside the episodes, never
+# awaited (schemas.progress).
+PROGRESS_REQUESTS = Topic("progress.requests", 8, Key.EPISODE_ID, (VerifyRequest,))
+PROGRESS_RESULTS = Topic("progress.results", 8, Key.EPISODE_ID, (StepGraded,))
 
 TOPICS: tuple[Topic, ...] = (
     TASKS,
@@ -116,6 +121,8 @@ TOPICS: tuple[Topic, ...] = (
     CANARY_RESULTS,
     CANARY_GRADES,
     ALERTS,
+    PROGRESS_REQUESTS,
+    PROGRESS_RESULTS,
 )
 """Every topic of a run, in the order they are created."""
 

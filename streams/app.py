@@ -41,6 +41,8 @@ from schemas.topics import topic_name
 from streams.adapters import EventLogReader, FaustBus, FaustRows
 from streams.ports import Input
 from streams.rows import TaskCache
+from streams.step_grading import OFF as NO_STEP_GRADING
+from streams.step_grading import StepGrading
 from streams.telemetry import metrics
 from streams.worker import COMMANDS, EVENTS, INPUTS, EpisodeWorker
 
@@ -70,6 +72,7 @@ class Settings:
     instance: str
     standby_replicas: int = 0
     sampling: SamplingParams | None = None  # the run's; None: SamplingParams' defaults
+    grading: StepGrading = NO_STEP_GRADING  # which intermediate workspaces are graded (process rewards)
 
     @property
     def app_id(self) -> str:
@@ -116,6 +119,7 @@ def build_app(settings: Settings) -> tuple[faust.App, EpisodeWorker]:
         topic=lambda base: topic_name(run, base),
         before_row_write=_fault_from_env(),
         sampling=settings.sampling,
+        grading=settings.grading,
     )
     names = {topic_name(run, base): base for base in INPUTS}
     inputs = app.topic(*names, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")

@@ -95,6 +95,8 @@ from schemas.record import AvroDict
 from schemas.requests import PolicyRequest, ResourceLimits, SamplingParams, SandboxRequest, VerifyRequest
 from schemas.state import EpisodeState, Phase
 from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
+from streams.step_grading import OFF as NO_STEP_GRADING
+from streams.step_grading import StepGrading
 from streams.timers import answer_deadline_us
 
 Request = PolicyRequest | SandboxRequest | VerifyRequest
@@ -257,6 +259,9 @@ class Effects:
     requests: tuple[Request, ...] = ()
     trajectory: Trajectory | None = None
     rejected: Rejection | None = None
+    # Intermediate workspaces to grade (`progress.requests`, streams.step_grading): sent and never awaited,
+    # so no step waits for them and no timeout or retry follows them.
+    progress: tuple[VerifyRequest, ...] = ()
 
 
 class OwnerError(Exception):
@@ -274,8 +279,10 @@ def on_start(
     origin: Origin,
     now_us: int,
     sampling: SamplingParams | None = None,
+    grading: StepGrading = NO_STEP_GRADING,
 ) -> Effects:
-    """EpisodeStarted and the first PolicyRequest; EpisodeFailed(invalid_task) for an unknown task."""
+    """EpisodeStarted and the first PolicyRequest; EpisodeFailed(invalid_task) for an unknown task. With
+    step `grading` on, also a progress request for the untouched workspace."""
     episode = state.episode
     if episode.phase is not Phase.NEW:
         return Effects(state, rejected=Rejection.DUPLICATE)  # never a second EpisodeStarted
@@ -289,6 +296,7 @@ def on_start(
     )
     seeded = sampling if sampling is not None else SamplingParams(seed=command.seed)
     draft = _append(Effects(dataclasses.replace(state, task=task, sampling=seeded)), started)
+    draft = _progress(draft, grading, changed=True, origin=origin, now_us=now_us)
     return _next_action(draft, origin, now_us)
 
 
@@ -330,9 +338,17 @@ def _invalid_reply_result(state: OwnerState, origin: Origin, now_us: int) -> Ste
     )
 
 
-def on_executed(state: OwnerState, answer: StepExecuted, *, origin: Origin, now_us: int) -> Effects:
+def on_executed(
+    state: OwnerState,
+    answer: StepExecuted,
+    *,
+    origin: Origin,
+    now_us: int,
+    grading: StepGrading = NO_STEP_GRADING,
+) -> Effects:
     """Append the step's result, each stream fitted to the step's inline limit (`schemas.budget`); then ask
-    the policy for the next step (or grade at the step or size limit)."""
+    the policy for the next step (or grade at the step or size limit). With step `grading` on, also a
+    progress request for the workspace the step left, when the grading mode selects it."""
     if state.episode.started is not None and check_answer(state, RequestKind.SANDBOX, answer) is None:
         limit = step_output_limit(state)
         answer = dataclasses.replace(
@@ -341,7 +357,28 @@ def on_executed(state: OwnerState, answer: StepExecuted, *, origin: Origin, now_
     draft = _accept(state, RequestKind.SANDBOX, answer)
     if draft.rejected is not None:
         return draft
+    changed = draft.state.episode.snapshot_id != state.episode.snapshot_id
+    draft = _progress(draft, grading, changed=changed, origin=origin, now_us=now_us)
     return _next_action(draft, origin, now_us)
+
+
+def _progress(draft: Effects, grading: StepGrading, *, changed: bool, origin: Origin, now_us: int) -> Effects:
+    """A progress request for the workspace as it is now, if `grading` wants it: its header names how many
+    steps have executed (`meta.step`) and the workspace (`meta.snapshot_id`, the restore point)."""
+    state = draft.state
+    episode = state.episode
+    if episode.snapshot_id is None or not grading.wants(episode.step, changed):
+        return draft
+    task, config, started = _task(state), _config(state), _started(episode)
+    request = VerifyRequest(
+        _meta(origin, episode, now_us),
+        started.image,
+        task.timeout_s,
+        task.limits,
+        episode.step,
+        config.max_steps,
+    )
+    return dataclasses.replace(draft, progress=(*draft.progress, request))
 
 
 def on_reward(state: OwnerState, answer: RewardAssigned, *, origin: Origin, now_us: int) -> Effects:

@@ -113,6 +113,8 @@ from streams import owner
 from streams.owner import Appended, Effects, OwnerError, OwnerState, Request, TaskInfo, resume
 from streams.ports import Bus, EventReader, Headers, Input, Rows, Tasks
 from streams.rows import Row, sampling_for
+from streams.step_grading import OFF as NO_STEP_GRADING
+from streams.step_grading import StepGrading
 from streams.telemetry import episodes as telemetry_episodes
 from streams.telemetry import metrics, tracing
 
@@ -173,6 +175,7 @@ class EpisodeWorker:
         before_row_write: Callable[[], None] | None = None,
         retry_backoff_s: tuple[float, float] = RETRY_BACKOFF_S,
         sampling: SamplingParams | None = None,
+        grading: StepGrading = NO_STEP_GRADING,
     ) -> None:
         self.rows = rows
         self.bus = bus
@@ -185,6 +188,8 @@ class EpisodeWorker:
         # The run's sampling parameters (temperature, top-p, token budget); each episode gets its own seed.
         # Every PolicyRequest carries them, so the log says how each reply was sampled.
         self.sampling = sampling or SamplingParams()
+        # Which intermediate workspaces go to progress.requests (process rewards; off by default).
+        self.grading = grading
         self.ready: set[int] = set()  # partitions recovered since they were assigned
         self.live: dict[str, Row] = {}  # rows of the episodes in flight on ready partitions
         self.watermarks: dict[int, int] = {}  # partition -> W (see the module doc)
@@ -385,14 +390,22 @@ class EpisodeWorker:
             task = await self._task(value.task_id)
             sampling = sampling_for(value.seed, self.sampling)
             effects = owner.on_start(
-                row.state, value, task, origin=self.origin, now_us=now, sampling=sampling
+                row.state,
+                value,
+                task,
+                origin=self.origin,
+                now_us=now,
+                sampling=sampling,
+                grading=self.grading,
             )
         elif isinstance(value, AbortEpisode):
             effects = owner.on_abort(row.state, value, origin=self.origin, now_us=now)
         elif isinstance(value, ActionProposed):
             effects = owner.on_action(row.state, value, origin=self.origin, now_us=now)
         elif isinstance(value, StepExecuted):
-            effects = owner.on_executed(row.state, value, origin=self.origin, now_us=now)
+            effects = owner.on_executed(
+                row.state, value, origin=self.origin, now_us=now, grading=self.grading
+            )
         elif isinstance(value, EpisodeFailed):
             effects = owner.on_sandbox_failed(row.state, value, origin=self.origin, now_us=now)
         else:
@@ -463,6 +476,8 @@ class EpisodeWorker:
             work.send(self.topic(EVENTS), key_bytes, event.data, row.partition)
         for request in effects.requests:
             work.send(self._request_topic(request), key_bytes, self._encode(request))
+        for progress in effects.progress:  # beside the episode: nothing waits for their answers
+            work.send(self.topic(topics.PROGRESS_REQUESTS.name), key_bytes, self._encode(progress))
         trajectory = effects.trajectory
         if trajectory is not None:
             if isinstance(trajectory, TrajectoryCompleted):

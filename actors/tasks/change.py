@@ -30,16 +30,24 @@ class ChangeSize:
 
 
 def change_size(repo_dir: Path, workspace: Path) -> ChangeSize:
-    return diff_trees(_tree(repo_dir), _tree(workspace))
+    return diff_trees(*read_trees(repo_dir, workspace))
+
+
+def read_trees(repo_dir: Path, workspace: Path) -> tuple[dict[str, Entry], dict[str, Entry]]:
+    """The task's repo/ and the workspace as trees (path -> entry), caches and compiled Python left out."""
+    return _tree(repo_dir), _tree(workspace)
+
+
+def changed_paths(before: dict[str, Entry], after: dict[str, Entry]) -> list[str]:
+    """The paths added, removed or changed, in order."""
+    return sorted(path for path in before.keys() | after.keys() if before.get(path) != after.get(path))
 
 
 def diff_trees(before: dict[str, Entry], after: dict[str, Entry]) -> ChangeSize:
     """Pure: the change from one tree (path -> entry) to another."""
     files = added = removed = 0
-    for path in sorted(before.keys() | after.keys()):
+    for path in changed_paths(before, after):
         old, new = before.get(path), after.get(path)
-        if old == new:
-            continue
         files += 1
         old_lines = _lines(old)
         new_lines = _lines(new)

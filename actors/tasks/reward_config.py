@@ -13,6 +13,8 @@ scalar the learner trains on, read from a file whose canonical hash is its versi
     memory = 0.0              # 1 - the grading sandbox's peak memory / its memory limit
     no_leftovers = 0.0        # 1 if the tests left no process running, else 0
     small_change = 0.0        # 1 / (1 + lines changed / 50): 1 untouched, 0.5 at 50 lines
+    lint = 0.0                # 1 / (1 + ruff findings the change added)  (verifier --static-signals)
+    types = 0.0               # 1 / (1 + mypy errors the change added)    (verifier --static-signals)
 
 Every component is a value in [0, 1], 1 the better; a component is measured and recorded whatever its
 weight (a configuration can be judged on a run before it is used).
@@ -40,7 +42,7 @@ from typing import Any
 
 from actors.tasks import reward
 
-COMPONENTS = ("efficiency", "speed", "memory", "no_leftovers", "small_change")
+COMPONENTS = ("efficiency", "speed", "memory", "no_leftovers", "small_change", "lint", "types")
 # Components measured while the episode ran (timings, memory, processes alive at an instant): a recheck
 # cannot reproduce them to the bit, so it composes with the recorded values and checks the others.
 MEASURED_AT_RUN = frozenset({"speed", "memory", "no_leftovers"})
@@ -131,6 +133,13 @@ def small_change(lines: int) -> float:
     if lines < 0:
         raise ValueError(f"{lines} lines changed")
     return 1.0 / (1.0 + lines / CHANGE_HALF_LINES)
+
+
+def clean(new_findings: int) -> float:
+    """1 for a change that added no finding, 0.5 for one, falling towards 0 (lint, types)."""
+    if new_findings < 0:
+        raise ValueError(f"{new_findings} new findings")
+    return 1.0 / (1.0 + new_findings)
 
 
 def compose(

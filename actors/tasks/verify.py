@@ -27,12 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from actors.tasks.change import ChangeSize, change_size
+from actors.tasks.change import ChangeSize, changed_paths, diff_trees, read_trees
 from actors.tasks.harness import LAUNCHER, REPO_INPUT, files_under, harness_files
 from actors.tasks.report import HarnessOutput, parse_harness_output
 from actors.tasks.reward import Grade, grade
 from actors.tasks.spec import Task
-from actors.tasks.tamper import compare_trees
+from actors.tasks.static_signals import StaticFindings, static_findings
+from actors.tasks.tamper import Entry, compare_trees
 from actors.tasks.testids import expand_instances, may_have_instances
 from actors.tasks.workspace import copy_workspace
 from sandbox_agent.backend import Sandbox, SandboxBackend
@@ -54,6 +55,8 @@ class Resources:
     memory_peak_bytes: int | None = None  # the grading sandbox's memory high-water mark
     left_running: int | None = None  # processes the tests left alive when they ended (then killed)
     change: ChangeSize | None = None  # the workspace against the task's repo/
+    lint_new: int | None = None  # ruff findings the change added (`actors.tasks.static_signals`)
+    types_new: int | None = None  # mypy errors the change added
 
     def to_json(self) -> dict[str, Any]:
         change = self.change
@@ -61,6 +64,8 @@ class Resources:
             "test_wall_s": self.test_wall_s,
             "memory_peak_bytes": self.memory_peak_bytes,
             "left_running": self.left_running,
+            "lint_new": self.lint_new,
+            "types_new": self.types_new,
             "change": None if change is None else {
                 "files": change.files,
                 "lines_added": change.lines_added,
@@ -98,20 +103,25 @@ def verify(
     spec: SandboxSpec,
     *,
     nonce: Callable[[], str] = lambda: secrets.token_hex(16),
+    static: bool = False,
 ) -> Verification:
+    """The grade of `workspace`; with `static`, the lint and type findings the change added too (two runs
+    of each checker in the grading sandbox: seconds more per grade)."""
     started = time.monotonic()
     tampered = compare_trees(task.spec.protected, task.repo_dir, workspace)
     if tampered:
         return Verification(
             grade(expected=task.test_ids, reports=(), tampered_paths=tampered), _since(started)
         )
-    change = change_size(task.repo_dir, workspace)
+    before, after = read_trees(task.repo_dir, workspace)
+    change = diff_trees(before, after)
+    touched = changed_paths(before, after) if static else None
     with owned_temp_dir(prefix="trialog-verify-") as scratch:
         staged = Path(scratch) / "workspace"
         copy_workspace(workspace, staged)
         sandbox = backend.create(spec)
         try:
-            verification = _grade_in(sandbox, backend, task, staged, nonce, started)
+            verification = _grade_in(sandbox, backend, task, staged, nonce, started, touched, (before, after))
         finally:
             backend.destroy(sandbox)
     resources = dataclasses.replace(verification.resources, change=change)
@@ -158,10 +168,16 @@ def _grade_in(
     staged: Path,
     nonce: Callable[[], str],
     started: float,
+    touched: list[str] | None = None,
+    trees: tuple[dict[str, Entry], dict[str, Entry]] | None = None,
 ) -> Verification:
     inputs = backend.write_inputs(sandbox, dict(_inputs(task)))
     expected = expected_ids(task, sandbox, backend, inputs, nonce)
     backend.write_files(sandbox, dict(files_under(staged)))
+    statics = StaticFindings(None, None)
+    if touched is not None and trees is not None:  # before the build and the tests: see static_signals
+        contents = tuple({p: e.data for p, e in tree.items() if p in touched} for tree in trees)
+        statics = static_findings(backend, sandbox, f"{inputs}/{REPO_INPUT}", touched, contents)  # type: ignore[arg-type]
     if task.spec.build_command is not None:
         build = backend.exec(
             sandbox,
@@ -171,9 +187,11 @@ def _grade_in(
         if build.exit_code != 0 or build.timed_out:
             graded = grade(expected=expected, reports=(), build_ok=False)
             log = build.stderr[-2000:]
+            statics_only = Resources(lint_new=statics.lint_new, types_new=statics.types_new)
             return Verification(
-                graded, _since(started), build.timed_out, build.exit_code, log, expected=expected
-            )
+                graded, _since(started), build.timed_out, build.exit_code, log, expected=expected,
+                resources=statics_only,
+            )  # fmt: skip
     tag = nonce()
     run = backend.exec(
         sandbox,
@@ -193,7 +211,9 @@ def _grade_in(
         expected=expected,
         reported=output.reported,
         complete=output.complete and not run.timed_out,
-        resources=Resources(run.duration_s, run.memory_peak_bytes, run.left_running),
+        resources=Resources(
+            run.duration_s, run.memory_peak_bytes, run.left_running, None, statics.lint_new, statics.types_new
+        ),
     )
 
 

@@ -36,6 +36,7 @@ from actors.tasks.reward_config import DEFAULT as DEFAULT_REWARD
 from actors.tasks.reward_config import (
     Composed,
     RewardConfig,
+    clean,
     compose,
     efficiency,
     memory,
@@ -56,6 +57,7 @@ from schemas.common import Verdict
 from schemas.events import RewardAssigned
 from schemas.fsnames import to_wire
 from schemas.origin import Origin
+from schemas.progress import StepGraded
 from schemas.requests import VerifyRequest
 from schemas.versions import GradeVersions
 from streams.kafka.request_loop import Route
@@ -66,6 +68,8 @@ DEFAULT_GROUP = "trialog-verifier"
 ROUTE = Route(VerifyRequest, topics.VERIFY_REQUESTS, topics.VERIFY_RESULTS)
 # The guard's canaries: graded exactly like an episode's workspace, answered beside the episodes' grades.
 CANARY_ROUTE = Route(VerifyRequest, topics.CANARY_REQUESTS, topics.CANARY_RESULTS)
+# Intermediate workspaces the owner asks to have graded beside its episodes (process rewards).
+PROGRESS_ROUTE = Route(VerifyRequest, topics.PROGRESS_REQUESTS, topics.PROGRESS_RESULTS)
 VERIFIER_ID = "trialog-verify/1"  # the grading rules' identity: bump when they change what a grade means
 REPORT_MEDIA_TYPE = "application/json"
 DEFAULT_CACHE = 1024
@@ -107,6 +111,18 @@ class VerifierWorker:
         was when the grade was cached, not as it is now. Its reward is the outcome alone: a canary checks
         the grader, and has no steps to be efficient with."""
         return self._answer(request, cached=False, composed=False)
+
+    def handle_progress(self, request: VerifyRequest) -> StepGraded:
+        """An intermediate workspace's grade: passed/total and the verdict, nothing composed (a process
+        reward is the learner's: a change in pass rate). Graded like a final workspace, from the same cache,
+        so an untouched workspace or a step that changed nothing costs no sandbox."""
+        started = time.monotonic()
+        grade = self.verification(request).grade
+        duration_us = int((time.monotonic() - started) * 1_000_000)
+        return StepGraded(
+            self.origin.reply_meta(request.meta), Verdict(grade.verdict.value), grade.passed, grade.total,
+            self._versions(request), duration_us,
+        )  # fmt: skip
 
     def _answer(self, request: VerifyRequest, *, cached: bool, composed: bool) -> RewardAssigned:
         started = time.monotonic()
@@ -214,6 +230,10 @@ def measured(request: VerifyRequest, verification: Verification) -> dict[str, fl
         components["no_leftovers"] = no_leftovers(measures.left_running)
     if measures.change is not None:
         components["small_change"] = small_change(measures.change.lines)
+    if measures.lint_new is not None:
+        components["lint"] = clean(measures.lint_new)
+    if measures.types_new is not None:
+        components["types"] = clean(measures.types_new)
     return components
 
 

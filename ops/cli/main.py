@@ -65,6 +65,7 @@ BENCHMARKS = {
     "learning": "ops.bench.learning",
     "grading": "ops.bench.grading",
     "guard": "ops.bench.guard",
+    "process-rewards": "ops.bench.process_rewards",
 }
 
 

@@ -96,6 +96,16 @@ def register(subparsers: kit.Subparsers) -> None:
         help="the reward configuration the run is pinned to and its spawned verifier composes with (TOML; "
         "actors/tasks/reward_config.py). Default: the brief's rule",
     )  # fmt: skip
+    start.add_argument(
+        "--static-signals",
+        action="store_true",
+        help="the spawned verifier also measures the lint and type findings each change adds (ruff, mypy)",
+    )
+    start.add_argument(
+        "--grade-steps", metavar="MODE", default="off", type=_grade_steps,
+        help="the spawned streams worker's step grading (process rewards: off, every, every:K, changed; "
+        "see trialog worker streams --help)",
+    )  # fmt: skip
     add_guard_arguments(start)
     kit.add_bootstrap(start)
     # The scheduler's own; spawned workers trace to the same endpoint and serve metrics on the next ports.
@@ -227,6 +237,15 @@ def refuse_overlap(train_folders: list[Path], eval_roots: list[Path]) -> None:
         )
 
 
+def _grade_steps(text: str) -> str:
+    from streams.step_grading import StepGrading
+
+    try:
+        return str(StepGrading.parse(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _cmd_run_start(args: argparse.Namespace) -> int:
     from actors.scheduler.worker import SchedulerSettings
     from actors.tasks.publish import publish_tasks
@@ -292,7 +311,8 @@ def _cmd_run_start(args: argparse.Namespace) -> int:
         workers = Workers(paths.component("runs") / (run or "default") / "logs")
         commands = worker_commands(
             run, bootstrap, args.policy, args.tasks, paths, args.rollout_arg, telemetry.config,
-            guard=not args.no_guard, reward_config=args.reward_config,
+            guard=not args.no_guard, reward_config=args.reward_config, grade_steps=args.grade_steps,
+            static_signals=args.static_signals,
         )  # fmt: skip
         workers.start(commands)
         try:

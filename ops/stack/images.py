@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 import shutil
 import subprocess
+import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +26,7 @@ from streams.errors import StackError
 IMAGES_DIR = REPO_ROOT / "ops" / "images"
 BASE_RECIPE = IMAGES_DIR / "base.txt"
 DERIVED = ("sandbox", "kafka")
+STATIC_TOOLS = "static-tools.txt"  # a derived image's pinned wheels, fetched on the host for its build
 
 
 @dataclass(frozen=True)
@@ -89,13 +92,54 @@ def ensure_all(client: docker.DockerClient, paths: Paths) -> list[ImageRef]:
         ref = derived_ref(kind)
         if not _exists(client, ref):
             say(f"   docker build {IMAGES_DIR / kind} -> {ref}")
-            _build(client, kind, ref, base)
+            _build(client, kind, ref, base, paths)
         built.append(ref)
     return built
 
 
-def _build(client: docker.DockerClient, kind: str, ref: ImageRef, base: ImageRef) -> None:
-    build_from(client, IMAGES_DIR / kind, ref, base)
+def _build(client: docker.DockerClient, kind: str, ref: ImageRef, base: ImageRef, paths: Paths) -> None:
+    folder = IMAGES_DIR / kind
+    pins = folder / STATIC_TOOLS
+    if not pins.exists():
+        build_from(client, folder, ref, base)
+        return
+    wheels = static_tool_wheels(pins, paths.cached("wheels") / "static-tools")
+    with tempfile.TemporaryDirectory(prefix="trialog-build-") as scratch:
+        context = Path(scratch) / kind
+        shutil.copytree(folder, context)
+        (context / "wheels").mkdir()
+        for wheel in wheels:
+            shutil.copy2(wheel, context / "wheels" / wheel.name)
+        build_from(client, context, ref, base)
+
+
+def static_tool_wheels(pins: Path, cache: Path) -> list[Path]:
+    """The wheels `pins` names (versions and sha256s) for the sandbox's CPython 3.11 on manylinux x86_64,
+    from PyPI once, then from the cache; pip checks every hash (`--require-hashes`)."""
+    cache.mkdir(parents=True, exist_ok=True)
+    argv = [
+        sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps",
+        "--only-binary=:all:", "--require-hashes", "--platform", "manylinux2014_x86_64", "--python-version",
+        "3.11", "--implementation", "cp", "--abi", "cp311", "-r", str(pins), "-d", str(cache),
+    ]  # fmt: skip
+    result = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise StackError(
+            f"could not fetch the sandbox's static checkers ({pins.name}):\n{result.stderr[-1500:]}",
+            "PyPI must be reachable once (later builds use the cache)",
+        )
+    # A pin `Name==1.0 --hash=...` is the wheel `name-1.0-<tags>.whl` (names normalised as wheels write them).
+    pinned = {line.split(" ", 1)[0].lower().replace("-", "_") for line in _pinned(pins)}
+    chosen = [w for w in sorted(cache.glob("*.whl")) if "==".join(w.name.split("-", 2)[:2]).lower() in pinned]
+    if len(chosen) != len(pinned):
+        raise StackError(f"expected {len(pinned)} static-checker wheels in {cache}, found {len(chosen)}")
+    return chosen
+
+
+def _pinned(pins: Path) -> list[str]:
+    return [
+        line.strip() for line in pins.read_text().splitlines() if line.strip() and not line.startswith("#")
+    ]
 
 
 def build_from(client: docker.DockerClient, context: Path, ref: ImageRef, base: ImageRef) -> None:

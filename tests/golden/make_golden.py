@@ -26,10 +26,11 @@ from schemas.actions import ApplyPatch, InvalidReply, RunCommand, Submit, WriteF
 from schemas.blobs import MemoryObjectStore, inline_or_ref, text_or_ref
 from schemas.codec import MAGIC, Codec, default_codec
 from schemas.common import EpisodeConfig, FailureClass, Verdict
-from schemas.events import StepExecuted
+from schemas.events import RewardAssigned, StepExecuted
 from schemas.logfile import encode_log, read_log
 from schemas.replay import replay
 from schemas.testing import EpisodeScript
+from schemas.versions import GradeVersions
 
 GOLDEN_DIR = Path(__file__).resolve().parent
 
@@ -145,7 +146,34 @@ def truncated(codec: Codec) -> list[bytes]:
     return script.records
 
 
+def components(codec: Codec) -> list[bytes]:
+    """A grade composed by a reward configuration (RewardAssigned v4): the outcome's share, each measured
+    component apart, the configuration's version among the grade's versions."""
+    script = EpisodeScript(codec, episode_id="ep-golden-components", config=EpisodeConfig(max_steps=8))
+    script.start()
+    script.act(WriteFile("calc.py", b"def add(a, b):\n    return a + b\n"))
+    script.execute()
+    script.act(Submit("fixed"))
+    parts = (
+        ("efficiency", 0.75),
+        ("memory", 0.9),
+        ("no_leftovers", 1.0),
+        ("small_change", 0.96),
+        ("speed", 0.98),
+    )
+    versions = GradeVersions("v" * 64, "sha256:" + "i" * 64, "t" * 64, "c" * 64)
+    script.append(
+        RewardAssigned(
+            script.meta("verifier"), 1.1, Verdict.PASS, 2, 2, (), (), "verifier-1", versions=versions,
+            duration_us=41_000, outcome_reward=1.0, components=parts,
+        )
+    )  # fmt: skip
+    script.complete()
+    return script.records
+
+
 LOGS: dict[str, Callable[[Codec], list[bytes]]] = {
+    "components": components,
     "invalid_reply": invalid_reply,
     "truncated": truncated,
     "completed": completed,

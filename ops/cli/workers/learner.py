@@ -94,6 +94,14 @@ def register(workers: kit.Subparsers) -> None:
         default=0,
         help="torch CPU threads (0: torch's default)",
     )
+    add(
+        "--process-reward-coef",
+        type=kit.non_negative_float,
+        metavar="X",
+        default=0.0,
+        help="add X times each step's process reward (its change in pass rate, from the process grades "
+        "a streams worker with --grade-steps asks for) to its turn's advantage; 0: the outcome alone",
+    )
     add("--prompt-encoder", choices=PROMPT_ENCODERS, default="chat", help="how prompts are rebuilt")
     add(
         "--checkpoint-dir",
@@ -120,7 +128,7 @@ def device_of(name: str) -> str:
 def _cmd_worker_learner(args: argparse.Namespace) -> int:
     import torch
 
-    from learner.kafka_io import KafkaAnnouncer, KafkaControlFeed, KafkaFeed
+    from learner.kafka_io import KafkaAnnouncer, KafkaControlFeed, KafkaFeed, KafkaProgressFeed
     from learner.learner import Learner, LearnerSettings
     from learner.loop import run
     from learner.lora import Adaptation
@@ -148,6 +156,7 @@ def _cmd_worker_learner(args: argparse.Namespace) -> int:
             adaptation=Adaptation(args.lora_rank, args.lora_alpha, tuple(args.lora_targets.split(","))),
             lr=args.lr,
             epochs=args.epochs,
+            process_reward_coef=args.process_reward_coef,
         )
         model_dir = args.model or prepare_model(paths.cache)
         encoder = make_encoder(args.prompt_encoder, model_dir)
@@ -162,15 +171,18 @@ def _cmd_worker_learner(args: argparse.Namespace) -> int:
     resumed = learner.resume()
     feed = KafkaFeed(bootstrap, args.run, learner.state.offsets)
     control = KafkaControlFeed(bootstrap, args.run)
+    progress = KafkaProgressFeed(bootstrap, args.run) if settings.process_reward_coef > 0 else None
     kit.worker_logging()
     where = "resumed at version " if resumed else "starting at version "
     say(f"learner {args.instance}: {feed.topic} on {bootstrap}, {where}{learner.state.version}")
     try:
         with kit.stop_on_signals() as stopping:
             run(learner, feed, SystemClock(), stopping, idle_checkpoint_s=args.idle_checkpoint_s,
-                control=control)  # fmt: skip
+                control=control, progress=progress)  # fmt: skip
     finally:
         control.close()
+        if progress is not None:
+            progress.close()
         feed.close()
         announcer.close()
     return kit.EXIT_OK

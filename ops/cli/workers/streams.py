@@ -9,8 +9,12 @@ Faust (started during a broker restart, Faust would fail at once).
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from ops.cli import kit
+
+if TYPE_CHECKING:
+    from streams.step_grading import StepGrading
 
 
 def register(workers: kit.Subparsers) -> None:
@@ -53,7 +57,22 @@ def register(workers: kit.Subparsers) -> None:
     command.add_argument(
         "--max-tokens", type=kit.positive_int, metavar="N", default=1024, help="tokens per reply at most"
     )
+    command.add_argument(
+        "--grade-steps", type=_step_grading, metavar="MODE", default="off",
+        help="grade intermediate workspaces beside the episodes, never waited for (process rewards, "
+        "progress.results): off, every, every:K (after every K-th step) or changed (after each step "
+        "that changed the workspace); the untouched workspace is graded too when on",
+    )  # fmt: skip
     kit.add_telemetry(command)
+
+
+def _step_grading(text: str) -> StepGrading:
+    from streams.step_grading import StepGrading
+
+    try:
+        return StepGrading.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _cmd_worker_streams(args: argparse.Namespace) -> int:
@@ -66,7 +85,9 @@ def _cmd_worker_streams(args: argparse.Namespace) -> int:
     bootstrap = kit.bootstrap_of(args)
     data_dir = args.data_dir or str(Paths.from_env().component("streams") / f"data-{args.instance}")
     sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens)
-    settings = Settings(bootstrap, args.run, data_dir, args.instance, args.standby_replicas, sampling)
+    settings = Settings(
+        bootstrap, args.run, data_dir, args.instance, args.standby_replicas, sampling, args.grade_steps
+    )
     with kit.stop_on_signals() as stopping:
         if not connected(bootstrap, stopping, lambda line: print(line, flush=True)):
             return kit.EXIT_INTERRUPTED  # stopped while waiting for Kafka

@@ -58,6 +58,12 @@ def register(workers: kit.Subparsers) -> None:
         "(fail-all); the grades name another verifier version (default: none)",
     )  # fmt: skip
     command.add_argument(
+        "--static-signals",
+        action="store_true",
+        help="also measure the lint findings and type errors each change adds (ruff and mypy in the grading "
+        "sandbox: seconds more per grade; the lint and types components)",
+    )
+    command.add_argument(
         "--reward-config", type=Path, metavar="FILE",
         help="compose rewards with this reward configuration (TOML; actors/tasks/reward_config.py; its "
         "sha256 is its version, named in every grade). Default: the brief's rule, no component weighed",
@@ -78,7 +84,7 @@ def _cmd_worker_verifier(args: argparse.Namespace) -> int:
     from actors.verifier.grading import SnapshotGrader
     from actors.verifier.tasks import FolderTasks
     from actors.verifier.versions import ImageIds, Versioner, verifier_version
-    from actors.verifier.worker import CANARY_ROUTE, ROUTE, VERIFIER_ID, VerifierWorker
+    from actors.verifier.worker import CANARY_ROUTE, PROGRESS_ROUTE, ROUTE, VERIFIER_ID, VerifierWorker
     from ops.console import say
     from ops.paths import Paths
     from ops.stack.sandboxes import default_image
@@ -104,8 +110,9 @@ def _cmd_worker_verifier(args: argparse.Namespace) -> int:
         fault = None if args.fault is None else Fault(args.fault)
         version = verifier_version(VERIFIER_ID, {} if fault is None else {"fault": fault.value})
         image_ids = ImageIds(lambda ref: str(client.images.get(ref).id), time.monotonic)
+        grader = SnapshotGrader(backend, objects, default_image(), static=args.static_signals)
         worker = VerifierWorker(
-            tasks, SnapshotGrader(backend, objects, default_image()), objects, origin,
+            tasks, grader, objects, origin,
             versions=Versioner(version, image_ids, default_image(), reward), fault=fault, reward=reward,
         )  # fmt: skip
         poll_ms = poll_interval_ms(tasks)
@@ -115,7 +122,15 @@ def _cmd_worker_verifier(args: argparse.Namespace) -> int:
             bootstrap, f"{args.group}-canary", args.run, max_poll_interval_ms=poll_ms
         )
         canaries = RequestLoop(CANARY_ROUTE, worker.handle_canary, canary_settings, origin)
-        canaries.stopping = loop.stopping  # one stop for both loops
+        canaries.stopping = loop.stopping  # one stop for every loop
+        # Intermediate workspaces (process rewards), in a thread and a consumer group of their own: a burst
+        # of them never queues ahead of a final grade (they share the machine's cores, which the
+        # process-reward benchmark measures).
+        progress_settings = LoopSettings(
+            bootstrap, f"{args.group}-progress", args.run, max_poll_interval_ms=poll_ms
+        )
+        progress = RequestLoop(PROGRESS_ROUTE, worker.handle_progress, progress_settings, origin)
+        progress.stopping = loop.stopping
         kit.worker_logging()
         where = f"{loop.requests_topic} and {canaries.requests_topic} on {bootstrap}, group {args.group}"
         faulty = "" if fault is None else f", FAULT INJECTED: {fault.value}"
@@ -125,11 +140,14 @@ def _cmd_worker_verifier(args: argparse.Namespace) -> int:
         with cleanup(client, args), kit.stop_on_signals(loop.stopping):
             beside = threading.Thread(target=canaries.run, name="canaries", daemon=True)
             beside.start()
+            grading_steps = threading.Thread(target=progress.run, name="progress", daemon=True)
+            grading_steps.start()
             try:
                 loop.run()
             finally:
                 loop.stopping.set()
                 beside.join(timeout=60)
+                grading_steps.join(timeout=60)
     finally:
         client.close()
     return kit.EXIT_OK

@@ -63,7 +63,7 @@ def test_efficiency_is_the_share_of_the_step_budget_left() -> None:
         ("[outcome\n", "not TOML"),
         ("[bonus]\nx = 1\n", "unknown section"),
         ("[outcome]\npasss = 1.0\n", "outcome.passs"),
-        ("[weights]\nlint = 0.1\n", "weights.lint"),
+        ("[weights]\nstyle = 0.1\n", "weights.style"),
         ("[weights]\nefficiency = 2.0\n", "outside"),
         ("[weights]\nefficiency = true\n", "not a finite number"),
         ("[outcome]\npass = nan\n", "not a finite number"),
@@ -100,8 +100,8 @@ def test_every_component_can_be_weighed_and_an_unknown_one_is_refused() -> None:
 
     text = "[weights]\n" + "".join(f"{name} = 0.1\n" for name in COMPONENTS)
     assert set(parse(text).weights) == set(COMPONENTS)
-    with pytest.raises(RewardConfigError, match=r"weights\.lint"):
-        parse("[weights]\nlint = 0.1\n")
+    with pytest.raises(RewardConfigError, match=r"weights\.style"):
+        parse("[weights]\nstyle = 0.1\n")
 
 
 def test_the_shipped_example_weighs_every_component_and_the_cli_reads_it_or_says_why(tmp_path: Path) -> None:

@@ -366,3 +366,22 @@ def test_resource_measures_become_components_against_the_requests_limits(
     unmeasured = dataclasses.replace(_passing(task), resources=Resources())
     worker = VerifierWorker(tasks, FakeGrader({SNAPSHOT: unmeasured}), MemoryObjectStore(), fixed_origin())
     assert worker.handle(request).components == ()  # nothing measured, nothing recorded
+
+
+def test_an_intermediate_workspace_is_graded_from_the_same_cache_and_answered_as_step_graded(
+    tasks: FolderTasks, task: Task
+) -> None:
+    from schemas.progress import StepGraded
+
+    grader = FakeGrader({SNAPSHOT: _partial(task)})
+    worker = VerifierWorker(tasks, grader, MemoryObjectStore(), fixed_origin("verifier"))
+    request = verify_request(_meta(task, step=2, snapshot_id=SNAPSHOT))  # type: ignore[arg-type]
+    graded = worker.handle_progress(request)
+    assert isinstance(graded, StepGraded) and graded.verdict is Verdict.PARTIAL
+    assert (graded.passed, graded.total, graded.meta.step, graded.meta.snapshot_id) == (
+        1, len(task.test_ids), 2, SNAPSHOT,
+    )  # fmt: skip
+    assert graded.meta.producer.kind == "verifier" and graded.rate == 1 / len(task.test_ids)
+    assert default_codec().decode(default_codec().encode(graded)) == graded
+    worker.handle(request)  # the final grade of the same workspace: no second sandbox
+    assert len(grader.calls) == 1

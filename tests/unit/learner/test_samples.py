@@ -87,3 +87,26 @@ def test_the_learner_worker_command_takes_its_options() -> None:
     assert (args.run, args.group_size, args.group_timeout_s, args.max_staleness) == ("r1", 8, 30.0, 1)
     assert (args.lora_rank, args.lr, args.threads, args.prompt_encoder) == (0, 3e-5, 2, "bytes")
     assert args.handler.__name__ == "_cmd_worker_learner"
+
+
+def _grade(trajectory: object, executed: int, passed: int, total: int = 4) -> object:
+    from schemas.common import Verdict
+    from schemas.progress import StepGraded
+
+    meta = dataclasses.replace(trajectory.meta, step=executed)  # type: ignore[attr-defined]
+    return StepGraded(meta, Verdict.PARTIAL if passed else Verdict.FAIL, passed, total)
+
+
+def test_each_turn_gets_its_steps_weighted_change_in_pass_rate_and_a_submit_none() -> None:
+    from learner.samples import turn_bonuses
+
+    trajectory = testing.trajectory(actions=(RunCommand("edit"), RunCommand("edit more"), Submit()))
+    grades = [_grade(trajectory, 0, 1), _grade(trajectory, 1, 3), _grade(trajectory, 2, 2)]
+    assert turn_bonuses(trajectory, grades, 0.5) == [0.25, -0.125, 0.0]  # type: ignore[arg-type]
+    assert turn_bonuses(trajectory, [], 0.5) == [0.0, 0.0, 0.0]  # nothing graded: the outcome alone
+    samples, _ = trajectory_samples(trajectory, 1.0, BytesPromptEncoder(), [0.25, -0.125, 0.0])
+    assert [s.advantage for s in samples] == [1.25, 0.875, 1.0]
+    first, second = testing.group("g", [1.0, 0.0])
+    bonuses = {first.meta.episode_id: [0.5, 0.0]}
+    grouped, _ = group_samples([first, second], [1.0, -1.0], BytesPromptEncoder(), bonuses)
+    assert [s.advantage for s in grouped] == [1.5, 1.0, -1.0, -1.0]

@@ -343,3 +343,38 @@ def test_a_caught_up_learner_checkpoints_its_progress_while_it_runs(tmp_path: Pa
     records = _polled("g2", [0.0, 0.0], 0)  # no step: only an idle checkpoint records it
     run(learner, Watching(records, stopping, polls=2), FixedClock(), stopping, poll_ms=1, idle_checkpoint_s=0)
     assert written == [-1, -1, 2]  # the first poll that found nothing was followed by a checkpoint
+
+
+def test_process_grades_shift_each_turns_advantage_by_the_coefficient_then_are_dropped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dataclasses
+
+    import learner.learner as learner_module
+    from schemas.common import Verdict
+    from schemas.progress import StepGraded
+
+    announcer, store = MemoryAnnouncer(), MemoryObjectStore()
+    learner = make_learner(tmp_path, announcer, store)
+    learner.settings = dataclasses.replace(learner.settings, process_reward_coef=0.5)
+    trained: list[list[float]] = []
+    real = learner_module.train_epochs
+
+    def spy(model: object, optimizer: object, samples: list, *args: object) -> object:  # type: ignore[type-arg]
+        trained.append([sample.advantage for sample in samples])
+        return real(model, optimizer, samples, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(learner_module, "train_epochs", spy)
+    first = testing.group("g1", [1.0, 0.0])[0]
+    grades = [
+        StepGraded(dataclasses.replace(first.meta, step=executed), Verdict.PARTIAL, passed, 4)
+        for executed, passed in ((0, 1), (1, 3))
+    ]
+    other_run = StepGraded(dataclasses.replace(first.meta, run_id="run-other", step=0), Verdict.FAIL, 0, 4)
+    learner.take_grades([*grades, other_run, "not a grade"])
+    assert list(learner.grades) == ["g1/e0"] and len(learner.grades["g1/e0"]) == 2
+    feed(learner, "g1", [1.0, 0.0], 0)
+    [advantages] = trained
+    # ls (executed: +0.5 pass rate, times 0.5) and submit for e0; the same for e1 with nothing graded.
+    assert advantages == pytest.approx([1.0 + 0.25, 1.0, -1.0, -1.0], abs=1e-4)
+    assert learner.grades == {}  # trained: spent

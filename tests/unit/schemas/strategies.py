@@ -23,6 +23,7 @@ from schemas.events import (
     StepExecuted,
     StepRecord,
 )
+from schemas.progress import StepGraded
 from schemas.publications import PolicyPublished, ReviewDecision, ReviewStatus, TaskPublished, TaskReviewed
 from schemas.record import Record
 from schemas.requests import PolicyRequest, ResourceLimits, SamplingParams, SandboxRequest, VerifyRequest
@@ -92,6 +93,8 @@ reward_assigned = st.builds(
     SHORT,
     st.none() | grade_versions,
     LONG,
+    DOUBLE,
+    st.dictionaries(TEXT, DOUBLE, max_size=3).map(lambda parts: tuple(parts.items())),
 )
 episode_completed = st.builds(EpisodeCompleted, event_metas, DOUBLE, st.sampled_from(Verdict), INT, LONG)
 episode_failed = st.builds(EpisodeFailed, event_metas, st.sampled_from(FailureClass), TEXT, st.booleans())
@@ -141,7 +144,7 @@ RECORDS: dict[type[Record], st.SearchStrategy[Any]] = {
         st.builds(ResourceLimits, DOUBLE, INT, INT, INT),
     ),
     VerifyRequest: st.builds(
-        VerifyRequest, event_metas, TEXT, DOUBLE, st.builds(ResourceLimits, DOUBLE, INT, INT, INT)
+        VerifyRequest, event_metas, TEXT, DOUBLE, st.builds(ResourceLimits, DOUBLE, INT, INT, INT), INT, INT
     ),
     TrajectoryCompleted: st.builds(
         TrajectoryCompleted,
@@ -220,6 +223,9 @@ RECORDS: dict[type[Record], st.SearchStrategy[Any]] = {
         TrajectoriesQuarantined, record_metas, TEXT, TEXT, TEXT, TEXT, LONG, st.none() | LONG, TEXT, SHORT
     ),
     GraderCleared: st.builds(GraderCleared, record_metas, TEXT, TEXT, TEXT, LONG),
+    StepGraded: st.builds(
+        StepGraded, event_metas, st.sampled_from(Verdict), INT, INT, st.none() | grade_versions, LONG
+    ),
     CanaryGraded: st.builds(
         CanaryGraded,
         record_metas,

@@ -149,3 +149,16 @@ def test_logs_from_before_invalid_reply_hold_v1_actions_and_the_new_ones_v2(code
     truncated = replay_file(log_path("truncated"), codec)
     assert truncated.phase is Phase.COMPLETED and truncated.reward is not None
     assert not any(isinstance(step.action.action, Submit) for step in truncated.steps)
+
+
+def test_the_components_golden_log_keeps_each_part_of_its_reward(codec: Codec) -> None:
+    """RewardAssigned v4 as written when the reward configuration first composed rewards."""
+    from schemas.events import RewardAssigned
+
+    records = read_log(log_path("components"))
+    assert (RewardAssigned.SCHEMA, 4) in [codec.schema_of(r) for r in records]
+    state = replay(records, codec)
+    reward = state.reward
+    assert reward is not None and (reward.reward, reward.outcome_reward) == (1.1, 1.0)
+    assert dict(reward.components)["efficiency"] == 0.75 and len(reward.components) == 5
+    assert reward.versions is not None and reward.versions.reward_config == "c" * 64

@@ -22,7 +22,7 @@ def test_run_prefix() -> None:
 
 def test_names_are_unique_and_every_topic_is_created() -> None:
     names = [topic.name for topic in TOPICS]
-    assert len(names) == len(set(names)) == 18
+    assert len(names) == len(set(names)) == 20
     constants = [value for value in vars(topics).values() if isinstance(value, topics.Topic)]
     assert set(constants) == set(TOPICS)  # no topic defined beside the catalogue's list
 
@@ -52,15 +52,17 @@ def test_the_schemas_say_the_same_topic() -> None:
         cls = by_schema[f"{schema['namespace']}.{schema['name']}"]
         assert cls in topics.by_name(named.group(1)).records, path.name
         checked += 1
-    assert checked == 19
+    assert checked == 20
 
 
 def test_the_owner_accepts_exactly_the_result_topics_records() -> None:
     assert {topic.name: topic.records for topic in topics.ANSWERS} == streams_worker._ANSWER_TYPES
-    # canary.requests is the guard's, answered on canary.results: never the owner's business.
+    # canary.requests is the guard's, answered on canary.results: never the owner's business; the owner
+    # sends progress.requests (Effects.progress) but never awaits an answer.
     requests = {
         topic.name: topic.records
         for topic in TOPICS
-        if topic.name.endswith(".requests") and topic is not topics.CANARY_REQUESTS
+        if topic.name.endswith(".requests")
+        and topic not in (topics.CANARY_REQUESTS, topics.PROGRESS_REQUESTS)
     }
     assert {base: (cls,) for cls, base in streams_worker._REQUEST_TOPICS.items()} == requests
