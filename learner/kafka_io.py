@@ -115,20 +115,18 @@ class MemoryControlFeed:
         return new
 
 
-class KafkaControlFeed:
-    """The run's `run.control` (one partition), read from its beginning, then caught up at every poll: the
-    topic is small (a pin, pauses, rules, clearances), and the whole of it is what the learner obeys."""
+class CatchUpFeed:
+    """A small topic read from its beginning, then caught up at every poll: every decoded record since the
+    last poll. Records read before an error are kept for the next poll (the reader has gone past them)."""
 
-    def __init__(self, bootstrap: str, run: str, read_timeout_s: float = 10.0) -> None:
+    def __init__(self, bootstrap: str, topic: str, client_id: str, read_timeout_s: float = 10.0) -> None:
         from streams.kafka.reader import LogReader, ReadError
 
-        self.topic = RUN_CONTROL.of(run)
+        self.topic = topic
         self.read_timeout_s = read_timeout_s
         self._unreturned: list[object] = []
         try:
-            self._reader = LogReader(
-                bootstrap, [self.topic], require_topics=True, client_id="trialog-learner"
-            )
+            self._reader = LogReader(bootstrap, [topic], require_topics=True, client_id=client_id)
         except ReadError as exc:
             raise RuntimeError(f"{exc} (create the run's topics first)") from None
 
@@ -137,8 +135,6 @@ class KafkaControlFeed:
 
         from streams.kafka.reader import ReadError, decoded
 
-        # Records read before an error are kept for the next poll: the reader has gone past them, and the
-        # learner takes in no trajectory until it has the control log up to its end.
         read = self._unreturned
         try:
             for _topic, value in decoded(self._reader.to_end(timeout_s=self.read_timeout_s)):
@@ -152,42 +148,20 @@ class KafkaControlFeed:
         self._reader.close()
 
 
-class KafkaProgressFeed:
-    """The run's `progress.results` (process grades), read from its beginning, then caught up at every
-    poll. Read whole after a restart: the learner keeps the grades of the episodes it has yet to train, and
-    a grade older than them is dropped at once."""
+class KafkaControlFeed(CatchUpFeed):
+    """The run's `run.control` (one partition): small (a pin, pauses, rules, clearances), and the whole of
+    it is what the learner obeys; it takes in no trajectory until it has the control log up to its end."""
 
     def __init__(self, bootstrap: str, run: str, read_timeout_s: float = 10.0) -> None:
-        from streams.kafka.reader import LogReader, ReadError
+        super().__init__(bootstrap, RUN_CONTROL.of(run), "trialog-learner", read_timeout_s)
 
-        self.read_timeout_s = read_timeout_s
-        self._unreturned: list[object] = []
-        try:
-            self._reader = LogReader(
-                bootstrap,
-                [PROGRESS_RESULTS.of(run)],
-                require_topics=True,
-                client_id="trialog-learner-progress",
-            )
-        except ReadError as exc:
-            raise RuntimeError(f"{exc} (create the run's topics first)") from None
 
-    def poll(self) -> list[object]:
-        from kafka.errors import KafkaTimeoutError
+class KafkaProgressFeed(CatchUpFeed):
+    """The run's `progress.results` (process grades). Read whole after a restart: the learner keeps the
+    grades of the episodes it has yet to train, and drops the others' at once."""
 
-        from streams.kafka.reader import ReadError, decoded
-
-        read = self._unreturned  # what a failed catch-up had read: the reader is past it
-        try:
-            for _topic, value in decoded(self._reader.to_end(timeout_s=self.read_timeout_s)):
-                read.append(value)
-        except ReadError as exc:
-            raise KafkaTimeoutError(str(exc)) from None
-        self._unreturned = []
-        return read
-
-    def close(self) -> None:
-        self._reader.close()
+    def __init__(self, bootstrap: str, run: str, read_timeout_s: float = 10.0) -> None:
+        super().__init__(bootstrap, PROGRESS_RESULTS.of(run), "trialog-progress", read_timeout_s)
 
 
 class KafkaAnnouncer:

@@ -28,17 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from actors.tasks.reward_config import DEFAULT as DEFAULT_REWARD
-from actors.tasks.reward_config import (
-    MEASURED_AT_RUN,
-    RewardConfig,
-    clean,
-    compose,
-    efficiency,
-    small_change,
-)
+from actors.tasks.reward_config import MEASURED_AT_RUN, RewardConfig, compose, efficiency
 from actors.tasks.spec import Task
 from actors.verifier.grading import Grader
 from actors.verifier.tasks import TaskSource, TaskUnavailable
+from actors.verifier.worker import workspace_components
 from ops.runlog import EpisodeLog, LoggedRun
 from sandbox_agent.scratch import owned_temp_dir
 from schemas.blobs import ObjectStore
@@ -270,14 +264,10 @@ def recheck_episode(
     if not grade.trainable:
         return _with_error(base, f"grading failed: {grade.detail}")
     try:
-        components = {**run_time_components(episode), **episode_components(episode)}
-        measures = verification.resources
-        if measures.change is not None:
-            components["small_change"] = small_change(measures.change.lines)
-        if measures.lint_new is not None:
-            components["lint"] = clean(measures.lint_new)
-        if measures.types_new is not None:
-            components["types"] = clean(measures.types_new)
+        components = {
+            **run_time_components(episode), **episode_components(episode),
+            **workspace_components(verification.resources),
+        }  # fmt: skip
         composed = compose(reward, grade.verdict, grade.passed, grade.total, components)
     except ValueError as exc:
         return _with_error(base, f"reward_config: {exc}")

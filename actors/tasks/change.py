@@ -9,6 +9,7 @@ grader's own copy leaves them out (`actors.tasks.workspace`). Nothing is followe
 
 from __future__ import annotations
 
+import difflib
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,8 @@ from pathlib import Path
 from actors.tasks.tamper import Entry, EntryKind, snapshot_tree
 
 IGNORED_PARTS = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"})
+DIFF_FILE_BYTES = 64 * 1024  # a bigger file is named in a diff, not compared (difflib can be quadratic)
+DIFF_CHARS = 8 * 1024  # the most of a diff kept (for a judge's prompt)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,3 +74,34 @@ def _lines(entry: Entry | None) -> Counter[bytes]:
     if entry.kind is EntryKind.FILE:
         return Counter(entry.data.splitlines())
     return Counter([entry.kind.value.encode() + b":" + entry.data])
+
+
+def change_text(before: dict[str, Entry], after: dict[str, Entry], limit: int = DIFF_CHARS) -> str:
+    """A unified diff of the change, at most `limit` characters (cut with a marker): what a reader, or a
+    model judge, is shown. Files that are not UTF-8 text or are over `DIFF_FILE_BYTES` are only named."""
+    parts: list[str] = []
+    size = 0
+    for path in changed_paths(before, after):
+        old, new = _text(before.get(path)), _text(after.get(path))
+        if old is None or new is None:
+            piece = f"--- a/{path}\n+++ b/{path}\n(binary, a link or too large: not shown)\n"
+        else:
+            lines = difflib.unified_diff(old, new, f"a/{path}", f"b/{path}", lineterm="")
+            piece = "\n".join(lines) + "\n"
+        parts.append(piece)
+        size += len(piece)
+        if size >= limit:
+            break
+    text = "".join(parts)
+    return text if len(text) <= limit else text[:limit] + "\n[... diff cut ...]\n"
+
+
+def _text(entry: Entry | None) -> list[str] | None:
+    if entry is None:
+        return []
+    if entry.kind is not EntryKind.FILE or len(entry.data) > DIFF_FILE_BYTES:
+        return None
+    try:
+        return entry.data.decode("utf-8").splitlines()
+    except UnicodeDecodeError:
+        return None

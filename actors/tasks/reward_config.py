@@ -15,6 +15,7 @@ scalar the learner trains on, read from a file whose canonical hash is its versi
     small_change = 0.0        # 1 / (1 + lines changed / 50): 1 untouched, 0.5 at 50 lines
     lint = 0.0                # 1 / (1 + ruff findings the change added)  (verifier --static-signals)
     types = 0.0               # 1 / (1 + mypy errors the change added)    (verifier --static-signals)
+    judge = 0.0               # a model judge's share of yes: does the change solve the task? (--judge-model)
 
 Every component is a value in [0, 1], 1 the better; a component is measured and recorded whatever its
 weight (a configuration can be judged on a run before it is used).
@@ -42,10 +43,10 @@ from typing import Any
 
 from actors.tasks import reward
 
-COMPONENTS = ("efficiency", "speed", "memory", "no_leftovers", "small_change", "lint", "types")
+COMPONENTS = ("efficiency", "speed", "memory", "no_leftovers", "small_change", "lint", "types", "judge")
 # Components measured while the episode ran (timings, memory, processes alive at an instant): a recheck
 # cannot reproduce them to the bit, so it composes with the recorded values and checks the others.
-MEASURED_AT_RUN = frozenset({"speed", "memory", "no_leftovers"})
+MEASURED_AT_RUN = frozenset({"speed", "memory", "no_leftovers", "judge"})
 CHANGE_HALF_LINES = 50  # small_change is 0.5 at this many lines added and removed
 OUTCOME_KEYS = ("tampered", "build_failed", "pass", "partial_penalty")
 

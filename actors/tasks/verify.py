@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from actors.tasks.change import ChangeSize, changed_paths, diff_trees, read_trees
+from actors.tasks.change import ChangeSize, change_text, changed_paths, diff_trees, read_trees
 from actors.tasks.harness import LAUNCHER, REPO_INPUT, files_under, harness_files
 from actors.tasks.report import HarnessOutput, parse_harness_output
 from actors.tasks.reward import Grade, grade
@@ -85,6 +85,7 @@ class Verification:
     reported: tuple[str, ...] = ()  # the ids the harness reported on, in order
     complete: bool = False  # the harness wrote its completion marker
     resources: Resources = Resources()
+    diff: str = ""  # the change as a bounded unified diff, when asked for (a model judge reads it)
 
     def to_json(self) -> dict[str, Any]:
         result = {
@@ -104,9 +105,11 @@ def verify(
     *,
     nonce: Callable[[], str] = lambda: secrets.token_hex(16),
     static: bool = False,
+    diff: bool = False,
 ) -> Verification:
     """The grade of `workspace`; with `static`, the lint and type findings the change added too (two runs
-    of each checker in the grading sandbox: seconds more per grade)."""
+    of each checker in the grading sandbox: seconds more per grade); with `diff`, the change as a bounded
+    unified diff (`actors.tasks.change.change_text`)."""
     started = time.monotonic()
     tampered = compare_trees(task.spec.protected, task.repo_dir, workspace)
     if tampered:
@@ -125,7 +128,8 @@ def verify(
         finally:
             backend.destroy(sandbox)
     resources = dataclasses.replace(verification.resources, change=change)
-    return dataclasses.replace(verification, resources=resources)
+    text = change_text(before, after) if diff else ""
+    return dataclasses.replace(verification, resources=resources, diff=text)
 
 
 _collected: dict[tuple[str, str], tuple[str, ...]] = {}

@@ -66,6 +66,7 @@ def verify_snapshot(
     *,
     nonce: Callable[[], str] = lambda: secrets.token_hex(16),
     static: bool = False,
+    diff: bool = False,
 ) -> Verification:
     """`verify` on the workspace a snapshot holds; its duration includes the restore."""
     started = time.monotonic()
@@ -73,7 +74,7 @@ def verify_snapshot(
         workspace = Path(scratch) / "workspace"
         workspace.mkdir(mode=0o700)
         restore_to_folder(objects, snapshot_id, workspace)
-        result = verify(task, workspace, backend, spec, nonce=nonce, static=static)
+        result = verify(task, workspace, backend, spec, nonce=nonce, static=static, diff=diff)
     return dataclasses.replace(result, duration_s=time.monotonic() - started)
 
 
@@ -81,13 +82,22 @@ class SnapshotGrader:
     """A `Grader` on a sandbox backend, reading snapshots from the store the sandbox workers write."""
 
     def __init__(
-        self, backend: SandboxBackend, objects: ObjectStore, default_image: str, *, static: bool = False
+        self,
+        backend: SandboxBackend,
+        objects: ObjectStore,
+        default_image: str,
+        *,
+        static: bool = False,
+        diff: bool = False,
     ) -> None:
         self.backend = backend
         self.objects = objects
         self.default_image = default_image
         self.static = static  # also the static signals (lint and type findings added): seconds per grade
+        self.diff = diff  # also the change as a bounded diff (for a model judge)
 
     def __call__(self, task: Task, snapshot_id: str, image: str | None) -> Verification:
         spec = SandboxSpec(image or task.spec.image or self.default_image, task_quotas(task))
-        return verify_snapshot(task, snapshot_id, self.objects, self.backend, spec, static=self.static)
+        return verify_snapshot(
+            task, snapshot_id, self.objects, self.backend, spec, static=self.static, diff=self.diff
+        )

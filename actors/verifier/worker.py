@@ -45,9 +45,10 @@ from actors.tasks.reward_config import (
     speed,
 )
 from actors.tasks.spec import Task
-from actors.tasks.verify import Verification
+from actors.tasks.verify import Resources, Verification
 from actors.verifier.faults import Fault, inject
 from actors.verifier.grading import Grader
+from actors.verifier.judge import Judge
 from actors.verifier.tasks import TaskSource, TaskUnavailable
 from sandbox_agent.limits import MIB
 from schemas import topics
@@ -90,6 +91,7 @@ class VerifierWorker:
         versions: Callable[[Task, str | None], GradeVersions] | None = None,
         fault: Fault | None = None,
         reward: RewardConfig = DEFAULT_REWARD,
+        judge: Judge | None = None,
     ) -> None:
         self.tasks = tasks
         self.grader = grader
@@ -100,6 +102,7 @@ class VerifierWorker:
         self.versions = versions
         self.fault = fault
         self.reward = reward
+        self.judge = judge  # a model judge (`actors.verifier.judge`): the judge component, when given
         self._graded: OrderedDict[GradeKey, Verification] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -132,7 +135,7 @@ class VerifierWorker:
         graded = verification.grade
         try:
             if composed:
-                components = measured(request, verification)
+                components = {**measured(request, verification), **self._judged(request, verification)}
                 reward = compose(self.reward, graded.verdict, graded.passed, graded.total, components)
             else:
                 reward = compose(self.reward.outcome_only(), graded.verdict, graded.passed, graded.total, {})
@@ -151,6 +154,18 @@ class VerifierWorker:
             versions=self._versions(request),
             duration_us=duration_us,
         )
+
+    def _judged(self, request: VerifyRequest, verification: Verification) -> dict[str, float]:
+        """The model judge's score of the change, when the worker has a judge and the grade is one (a
+        judge failing is logged and measures nothing: it never costs the grade)."""
+        if self.judge is None or not verification.grade.trainable:
+            return {}
+        try:
+            task = self.tasks.get(request.meta.task_id, request.meta.task_version)
+            return {"judge": self.judge(task.spec.instruction, verification.diff)}
+        except Exception:
+            log.exception("the model judge failed on %s", request.meta.episode_id)
+            return {}
 
     def _versions(self, request: VerifyRequest) -> GradeVersions | None:
         """The versions that graded `request` (None when it could not be graded for want of its task)."""
@@ -228,6 +243,13 @@ def measured(request: VerifyRequest, verification: Verification) -> dict[str, fl
         components["memory"] = memory(measures.memory_peak_bytes, request.limits.memory_mb * MIB)
     if measures.left_running is not None:
         components["no_leftovers"] = no_leftovers(measures.left_running)
+    return {**components, **workspace_components(measures)}
+
+
+def workspace_components(measures: Resources) -> dict[str, float]:
+    """The components the graded workspace itself decides (the same on every regrade of it): the size of
+    the change, and the static findings where they were measured. The recheck measures these again."""
+    components: dict[str, float] = {}
     if measures.change is not None:
         components["small_change"] = small_change(measures.change.lines)
     if measures.lint_new is not None:

@@ -3,8 +3,8 @@
 Two runs on the local stack (Kafka from `trialog up`, Docker sandboxes), one after the other, alike but for
 the streams worker's step grading: `--grade-steps off`, then the mode asked for (`every` by default). The
 scripted policy plays five turns per episode on each task: look around (`ls`), apply the reference
-solution, note something in a new file (a changed workspace the final grade will not share), run the tests'
-folder listing, submit. Measured for each run:
+solution, note the time in a new file (so that every episode's workspace differs from there on, as a
+policy's do), list the folder again, submit. Measured for each run:
 
 * episode latency (EpisodeStarted to EpisodeCompleted), median and 95th percentile, and the run's wall time
   and episodes per minute: the step grades must not be on the critical path;
@@ -86,7 +86,9 @@ def scripts(tasks: Sequence[Path]) -> dict[str, list[dict[str, str]]]:
         plays[task.id] = [
             {"tool": "run", "command": "ls"},
             {"tool": "apply_patch", "diff": diff},
-            {"tool": "run", "command": "echo 'checked the fix' > NOTES.txt"},
+            # A note of this moment: every episode's workspace differs from here on, as an RL policy's do
+            # (identical trees would all be answered from the verifier's grade cache).
+            {"tool": "run", "command": "date +%s%N > NOTES.txt"},
             {"tool": "run", "command": "ls -la"},
             {"tool": "submit", "message": "done"},
         ]
@@ -206,7 +208,8 @@ def render(args: argparse.Namespace, results: Sequence[Measured], seconds: float
 `trialog bench process-rewards --episodes {args.episodes} --capacity {args.capacity} --grade-steps \
 {on.mode}` on {dt.date.today().isoformat()}, {cpu_model()}, {memory_gib():.0f} GiB, {os.cpu_count()} cores; \
 {seconds / 60:.1f} min in all. Two runs, one after the other, alike but for the streams worker's step \
-grading; the scripted policy plays five turns per episode (look, solve, note in a new file, look, submit) \
+grading; the scripted policy plays five turns per episode (look, solve, note the time in a new file, look, \
+submit), so that workspaces differ between episodes from the third turn on, \
 on {", ".join(p.name for p in args.tasks)}; one worker of each kind, the verifier serving final and process \
 grades on the same cores.
 

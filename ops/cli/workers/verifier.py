@@ -26,6 +26,7 @@ from ops.cli.workers.cleanup import add_cleanup, cleanup
 from streams.errors import StackError
 
 if TYPE_CHECKING:
+    from actors.verifier.judge import Judge
     from actors.verifier.tasks import FolderTasks
 
 VERIFIER_LABEL = "dev.trialog.verifier"
@@ -64,12 +65,38 @@ def register(workers: kit.Subparsers) -> None:
         "sandbox: seconds more per grade; the lint and types components)",
     )
     command.add_argument(
+        "--judge-model",
+        type=Path,
+        metavar="DIR",
+        help="score each change with this language model as a judge (the judge component; optional, read "
+        "by the policy's own text, so weighed 0 unless a reward configuration says otherwise)",
+    )
+    command.add_argument(
         "--reward-config", type=Path, metavar="FILE",
         help="compose rewards with this reward configuration (TOML; actors/tasks/reward_config.py; its "
         "sha256 is its version, named in every grade). Default: the brief's rule, no component weighed",
     )  # fmt: skip
     add_cleanup(command)
     kit.add_telemetry(command)
+
+
+def _judge(model_dir: Path) -> Judge:
+    """A model judge on the model folder, through the torch rollout backend (one thread: it shares the
+    machine with the grading sandboxes)."""
+    import torch
+
+    from actors.rollout.llm import load_llm_policy
+    from actors.verifier.judge import ModelJudge
+
+    if not model_dir.is_dir():
+        raise StackError(f"no model folder at {model_dir}", "trialog model prepare makes one")
+    torch.set_num_threads(1)
+    policy = load_llm_policy(model_dir, max_new_tokens=3)
+    tokenizer = policy.encoder.tokenizer
+    return ModelJudge(
+        policy.backend, policy.encoder.encode_messages,
+        lambda ids: str(tokenizer.decode(list(ids), skip_special_tokens=True)),  # type: ignore[attr-defined]
+    )  # fmt: skip
 
 
 def poll_interval_ms(tasks: FolderTasks) -> int:
@@ -110,10 +137,14 @@ def _cmd_worker_verifier(args: argparse.Namespace) -> int:
         fault = None if args.fault is None else Fault(args.fault)
         version = verifier_version(VERIFIER_ID, {} if fault is None else {"fault": fault.value})
         image_ids = ImageIds(lambda ref: str(client.images.get(ref).id), time.monotonic)
-        grader = SnapshotGrader(backend, objects, default_image(), static=args.static_signals)
+        judge = _judge(args.judge_model) if args.judge_model is not None else None
+        grader = SnapshotGrader(
+            backend, objects, default_image(), static=args.static_signals, diff=judge is not None
+        )
         worker = VerifierWorker(
             tasks, grader, objects, origin,
             versions=Versioner(version, image_ids, default_image(), reward), fault=fault, reward=reward,
+            judge=judge,
         )  # fmt: skip
         poll_ms = poll_interval_ms(tasks)
         settings = LoopSettings(bootstrap, args.group, args.run, max_poll_interval_ms=poll_ms)

@@ -30,23 +30,11 @@ from actors.rollout.vllm_backend import (
     checkpoint_shapes,
 )
 from actors.rollout.weights import TorchModelTarget, WeightsRefused, WeightsTarget, check_tensors
-from learner.lora import Adaptation, adapt, merged_weights
 from learner.testing import tiny_llama
+from tests.unit.actors.test_weights import trained_weights
 
 EOS = 2
 PROMPT = (1, 70, 71, 72, 73)
-
-
-def published(seed: int) -> dict[str, torch.Tensor]:
-    """What a learner publishes: merged weights of a tiny Llama after a (random) LoRA update."""
-    model = tiny_llama()
-    adapt(model, Adaptation(rank=4))
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("lora_b"):
-                p.copy_(torch.randn(p.shape, generator=generator))
-    return merged_weights(model)
 
 
 class _LoadingModel:
@@ -205,7 +193,7 @@ def test_checkpoint_shapes_come_from_the_safetensors_headers(tmp_path: Path) -> 
     assert set(state) - set(shapes) <= {"lm_head.weight"}
     # The adapter checks publications against these, not vLLM's fused parameters: a learner's merged
     # weights pass, a tensor of another shape does not.
-    weights = published(5)
+    weights = trained_weights(5)
     check_tensors(weights, shapes)
     name = next(iter(weights))
     with pytest.raises(WeightsRefused, match="shape"):
@@ -227,4 +215,4 @@ def test_a_worker_that_loads_fewer_tensors_is_an_error(tmp_path: Path) -> None:
 
     target = VllmWeightsTarget(Partial(model), tmp_path)
     with pytest.raises(RuntimeError, match="loaded"):
-        target.load(published(5))
+        target.load(trained_weights(5))
