@@ -55,7 +55,7 @@ from sandbox_agent.errors import SandboxError, SandboxFileNotFound, SandboxGone
 from sandbox_agent.exec_channel import ChannelBroken, ChannelTimeout, ExecChannel, server_command
 from sandbox_agent.exec_server import SWEEP_SIGNAL
 from sandbox_agent.ingest import FetchedFile, IngestError, TarIngest
-from sandbox_agent.limits import MIB, ExecLimits, SandboxSpec
+from sandbox_agent.limits import BACKGROUND_CPU_SHARES, MIB, ExecLimits, SandboxSpec
 from sandbox_agent.listing import (
     FIND_FORMAT,
     LIST_SCRIPT,
@@ -235,6 +235,7 @@ class DockerBackend:
             mem_limit=quotas.memory_bytes,
             memswap_limit=quotas.memory_bytes,  # equal to the memory limit: no swap
             nano_cpus=int(quotas.cpus * 1e9),
+            cpu_shares=BACKGROUND_CPU_SHARES if spec.background else None,
             pids_limit=quotas.pids,
             tmpfs={
                 WORKSPACE: f"size={quotas.workspace_bytes},{owner},mode=0755,exec,nosuid,nodev",

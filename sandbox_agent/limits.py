@@ -77,9 +77,15 @@ class ExecLimits:
             raise ValueError("timeout must be positive and the output cap not negative")
 
 
+BACKGROUND_CPU_SHARES = 64  # against the default 1024: a sixteenth of a contended CPU
+
+
 @dataclass(frozen=True, slots=True)
 class SandboxSpec:
     """What a sandbox is made from: sandboxes with equal specs are interchangeable (one warm pool each)."""
 
     image: str
     quotas: Quotas = field(default_factory=Quotas)
+    # Work nothing waits for (a process grade): its processes get a small share of a contended CPU, so the
+    # episodes' own steps and grades go first; alone on a core it runs at full speed all the same.
+    background: bool = False

@@ -89,15 +89,19 @@ class SnapshotGrader:
         *,
         static: bool = False,
         diff: bool = False,
+        background: bool = False,
     ) -> None:
         self.backend = backend
         self.objects = objects
         self.default_image = default_image
         self.static = static  # also the static signals (lint and type findings added): seconds per grade
         self.diff = diff  # also the change as a bounded diff (for a model judge)
+        self.background = background  # grading nothing waits for: low CPU priority (SandboxSpec)
 
     def __call__(self, task: Task, snapshot_id: str, image: str | None) -> Verification:
-        spec = SandboxSpec(image or task.spec.image or self.default_image, task_quotas(task))
+        spec = SandboxSpec(
+            image or task.spec.image or self.default_image, task_quotas(task), background=self.background
+        )
         return verify_snapshot(
             task, snapshot_id, self.objects, self.backend, spec, static=self.static, diff=self.diff
         )

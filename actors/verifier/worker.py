@@ -92,6 +92,7 @@ class VerifierWorker:
         fault: Fault | None = None,
         reward: RewardConfig = DEFAULT_REWARD,
         judge: Judge | None = None,
+        progress_grader: Grader | None = None,
     ) -> None:
         self.tasks = tasks
         self.grader = grader
@@ -103,6 +104,8 @@ class VerifierWorker:
         self.fault = fault
         self.reward = reward
         self.judge = judge  # a model judge (`actors.verifier.judge`): the judge component, when given
+        # Grades intermediate workspaces (a low-priority grader: nothing waits for them); None: `grader`.
+        self.progress_grader = progress_grader
         self._graded: OrderedDict[GradeKey, Verification] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -120,7 +123,7 @@ class VerifierWorker:
         reward is the learner's: a change in pass rate). Graded like a final workspace, from the same cache,
         so an untouched workspace or a step that changed nothing costs no sandbox."""
         started = time.monotonic()
-        grade = self.verification(request).grade
+        grade = self.verification(request, grader=self.progress_grader).grade
         duration_us = int((time.monotonic() - started) * 1_000_000)
         return StepGraded(
             self.origin.reply_meta(request.meta), Verdict(grade.verdict.value), grade.passed, grade.total,
@@ -177,7 +180,9 @@ class VerifierWorker:
             return None
         return self.versions(task, request.image or None)
 
-    def verification(self, request: VerifyRequest, *, cached: bool = True) -> Verification:
+    def verification(
+        self, request: VerifyRequest, *, cached: bool = True, grader: Grader | None = None
+    ) -> Verification:
         meta = request.meta
         started = time.monotonic()
         try:
@@ -194,7 +199,7 @@ class VerifierWorker:
                 self._graded.move_to_end(key)
                 return known
         try:
-            graded = self.grader(task, meta.snapshot_id, request.image or None)
+            graded = (grader or self.grader)(task, meta.snapshot_id, request.image or None)
         except Exception as exc:  # any failure to grade is an `error` verdict, never a crash
             log.exception("grading %s step %d failed", meta.episode_id, meta.step)
             return _error(f"grading_failed: {type(exc).__name__}: {exc}", started, task)

@@ -15,8 +15,11 @@ drill, or the guard's tests): its grades name another verifier version.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,6 +33,7 @@ if TYPE_CHECKING:
     from actors.verifier.tasks import FolderTasks
 
 VERIFIER_LABEL = "dev.trialog.verifier"
+PROGRESS_NICE = 10
 
 
 def register(workers: kit.Subparsers) -> None:
@@ -99,6 +103,18 @@ def _judge(model_dir: Path) -> Judge:
     )  # fmt: skip
 
 
+def _niced(run: Callable[[], None]) -> Callable[[], None]:
+    """`run` on a thread of lower CPU priority (Linux nices threads one by one): the process grades'
+    restores and copies yield to the episodes' grades on a contended machine."""
+
+    def niced() -> None:
+        with contextlib.suppress(OSError):  # a system that does not nice threads runs it as it is
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), PROGRESS_NICE)
+        run()
+
+    return niced
+
+
 def poll_interval_ms(tasks: FolderTasks) -> int:
     """How long one grading may keep the loop from polling: the build and the tests may each take the
     slowest task's timeout, plus sandbox start and copies; never under the default 15 minutes."""
@@ -144,7 +160,7 @@ def _cmd_worker_verifier(args: argparse.Namespace) -> int:
         worker = VerifierWorker(
             tasks, grader, objects, origin,
             versions=Versioner(version, image_ids, default_image(), reward), fault=fault, reward=reward,
-            judge=judge,
+            judge=judge, progress_grader=SnapshotGrader(backend, objects, default_image(), background=True),
         )  # fmt: skip
         poll_ms = poll_interval_ms(tasks)
         settings = LoopSettings(bootstrap, args.group, args.run, max_poll_interval_ms=poll_ms)
@@ -171,7 +187,7 @@ def _cmd_worker_verifier(args: argparse.Namespace) -> int:
         with cleanup(client, args), kit.stop_on_signals(loop.stopping):
             beside = threading.Thread(target=canaries.run, name="canaries", daemon=True)
             beside.start()
-            grading_steps = threading.Thread(target=progress.run, name="progress", daemon=True)
+            grading_steps = threading.Thread(target=_niced(progress.run), name="progress", daemon=True)
             grading_steps.start()
             try:
                 loop.run()

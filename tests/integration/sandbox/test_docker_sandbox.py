@@ -193,3 +193,21 @@ def test_a_patch_action_applies_in_the_sandbox(backend: DockerBackend, make_sand
     result = backend.exec(sandbox, invocation.argv, stdin=invocation.stdin)
     assert result.exit_code == 0, result
     assert backend.read_file(sandbox, "pkg/a.py") == b"two\n"
+
+
+def test_a_background_sandbox_gets_a_small_cpu_share_and_a_normal_one_the_default(
+    backend: DockerBackend, sandbox_spec: SandboxSpec, docker_client: docker.DockerClient
+) -> None:
+    """Process grades run in background sandboxes: on a contended CPU the episodes' own work goes first."""
+    import dataclasses
+
+    from sandbox_agent.limits import BACKGROUND_CPU_SHARES
+
+    shares = {}
+    for background in (False, True):
+        sandbox = backend.create(dataclasses.replace(sandbox_spec, background=background))
+        try:
+            shares[background] = docker_client.api.inspect_container(sandbox.id)["HostConfig"]["CpuShares"]
+        finally:
+            backend.destroy(sandbox)
+    assert shares == {False: 0, True: BACKGROUND_CPU_SHARES}  # 0: the engine's default weight (1024)

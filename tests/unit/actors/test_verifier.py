@@ -385,3 +385,15 @@ def test_an_intermediate_workspace_is_graded_from_the_same_cache_and_answered_as
     assert default_codec().decode(default_codec().encode(graded)) == graded
     worker.handle(request)  # the final grade of the same workspace: no second sandbox
     assert len(grader.calls) == 1
+
+
+def test_intermediate_workspaces_go_to_the_progress_grader_and_share_the_cache(
+    tasks: FolderTasks, task: Task
+) -> None:
+    episodes, progress = FakeGrader({SNAPSHOT: _passing(task)}), FakeGrader({SNAPSHOT: _passing(task)})
+    worker = VerifierWorker(tasks, episodes, MemoryObjectStore(), fixed_origin(), progress_grader=progress)
+    request = verify_request(_meta(task, snapshot_id=SNAPSHOT))  # type: ignore[arg-type]
+    worker.handle_progress(request)
+    assert (len(progress.calls), len(episodes.calls)) == (1, 0)
+    worker.handle(request)  # the final grade of the same workspace: from the cache
+    assert (len(progress.calls), len(episodes.calls)) == (1, 0)
