@@ -157,8 +157,9 @@ class KafkaControlFeed(CatchUpFeed):
 
 
 class KafkaProgressFeed(CatchUpFeed):
-    """The run's `progress.results` (process grades). Read whole after a restart: the learner keeps the
-    grades of the episodes it has yet to train, and drops the others' at once."""
+    """The run's `progress.results` (process grades). Read whole after a restart: the learner keeps every
+    grade until the episode it belongs to is trained, the oldest episodes' dropped past a bound
+    (`learner.learner.MAX_GRADED_EPISODES`)."""
 
     def __init__(self, bootstrap: str, run: str, read_timeout_s: float = 10.0) -> None:
         super().__init__(bootstrap, PROGRESS_RESULTS.of(run), "trialog-progress", read_timeout_s)

@@ -39,8 +39,8 @@ MYPY_ERROR = re.compile(r"^(?P<path>[^:\n]+):\d+(?::\d+)?: error: ", re.MULTILIN
 
 @dataclass(frozen=True, slots=True)
 class StaticFindings:
-    lint_new: int | None  # ruff findings added (and `# noqa` comments added); None: not measured
-    types_new: int | None  # mypy errors added (and `# type: ignore` comments added); None: not measured
+    lint_new: int | None  # ruff findings added (and added suppression comments, noqa); None: not measured
+    types_new: int | None  # mypy errors added (and added type-ignore comments); None: not measured
 
 
 def python_files(paths: Sequence[str]) -> list[str]:

@@ -154,13 +154,15 @@ def _cmd_worker_verifier(args: argparse.Namespace) -> int:
         version = verifier_version(VERIFIER_ID, {} if fault is None else {"fault": fault.value})
         image_ids = ImageIds(lambda ref: str(client.images.get(ref).id), time.monotonic)
         judge = _judge(args.judge_model) if args.judge_model is not None else None
-        grader = SnapshotGrader(
-            backend, objects, default_image(), static=args.static_signals, diff=judge is not None
-        )
+        measures = {"static": args.static_signals, "diff": judge is not None}
+        grader = SnapshotGrader(backend, objects, default_image(), **measures)
+        # The same measures as the episodes' grader: the two share the grade cache, and a final grade
+        # answered from a process grade's entry must hold everything a final grade measures.
+        background = SnapshotGrader(backend, objects, default_image(), background=True, **measures)
         worker = VerifierWorker(
             tasks, grader, objects, origin,
             versions=Versioner(version, image_ids, default_image(), reward), fault=fault, reward=reward,
-            judge=judge, progress_grader=SnapshotGrader(backend, objects, default_image(), background=True),
+            judge=judge, progress_grader=background,
         )  # fmt: skip
         poll_ms = poll_interval_ms(tasks)
         settings = LoopSettings(bootstrap, args.group, args.run, max_poll_interval_ms=poll_ms)
