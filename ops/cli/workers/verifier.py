@@ -29,8 +29,11 @@ from ops.cli.workers.cleanup import add_cleanup, cleanup
 from streams.errors import StackError
 
 if TYPE_CHECKING:
+    from actors.verifier.grading import SnapshotGrader
     from actors.verifier.judge import Judge
     from actors.verifier.tasks import FolderTasks
+    from sandbox_agent.backend import SandboxBackend
+    from schemas.blobs import ObjectStore
 
 VERIFIER_LABEL = "dev.trialog.verifier"
 PROGRESS_NICE = 10
@@ -103,6 +106,22 @@ def _judge(model_dir: Path) -> Judge:
     )  # fmt: skip
 
 
+def graders(
+    backend: SandboxBackend, objects: ObjectStore, *, static: bool, diff: bool
+) -> tuple[SnapshotGrader, SnapshotGrader]:
+    """The episodes' grader and the process grades' one: at low priority, with the same measures. They
+    share the worker's grade cache, so a final grade answered from a process grade's entry must hold
+    everything a final grade measures."""
+    from actors.verifier.grading import SnapshotGrader
+    from ops.stack.sandboxes import default_image
+
+    image = default_image()
+    return (
+        SnapshotGrader(backend, objects, image, static=static, diff=diff),
+        SnapshotGrader(backend, objects, image, static=static, diff=diff, background=True),
+    )
+
+
 def _niced(run: Callable[[], None]) -> Callable[[], None]:
     """`run` on a thread of lower CPU priority (Linux nices threads one by one): the process grades'
     restores and copies yield to the episodes' grades on a contended machine."""
@@ -124,7 +143,6 @@ def poll_interval_ms(tasks: FolderTasks) -> int:
 
 def _cmd_worker_verifier(args: argparse.Namespace) -> int:
     from actors.tasks.spec import TaskError
-    from actors.verifier.grading import SnapshotGrader
     from actors.verifier.tasks import FolderTasks
     from actors.verifier.versions import ImageIds, Versioner, verifier_version
     from actors.verifier.worker import CANARY_ROUTE, PROGRESS_ROUTE, ROUTE, VERIFIER_ID, VerifierWorker
@@ -154,11 +172,7 @@ def _cmd_worker_verifier(args: argparse.Namespace) -> int:
         version = verifier_version(VERIFIER_ID, {} if fault is None else {"fault": fault.value})
         image_ids = ImageIds(lambda ref: str(client.images.get(ref).id), time.monotonic)
         judge = _judge(args.judge_model) if args.judge_model is not None else None
-        measures = {"static": args.static_signals, "diff": judge is not None}
-        grader = SnapshotGrader(backend, objects, default_image(), **measures)
-        # The same measures as the episodes' grader: the two share the grade cache, and a final grade
-        # answered from a process grade's entry must hold everything a final grade measures.
-        background = SnapshotGrader(backend, objects, default_image(), background=True, **measures)
+        grader, background = graders(backend, objects, static=args.static_signals, diff=judge is not None)
         worker = VerifierWorker(
             tasks, grader, objects, origin,
             versions=Versioner(version, image_ids, default_image(), reward), fault=fault, reward=reward,

@@ -39,7 +39,7 @@ def _judge(answers: Answers, seen: list[str]) -> ModelJudge:
         seen.append(chat[0]["content"])
         return [7, 8]
 
-    return ModelJudge(answers, encode, lambda ids: " Yes." if list(ids) == [YES] else "no", samples=4)  # type: ignore[arg-type]
+    return ModelJudge(answers, encode, lambda ids: " Yes." if list(ids) == [YES] else "no", samples=4)
 
 
 def test_the_score_is_the_share_of_yes_over_fixed_seeds_and_the_prompt_shows_the_change() -> None:
@@ -111,3 +111,14 @@ def test_a_judge_model_folder_that_is_not_there_is_refused_with_the_fix(tmp_path
 
     with pytest.raises(StackError, match="no model folder"):
         _judge(tmp_path / "absent")
+
+
+def test_the_process_grades_grader_measures_what_the_episodes_grader_does() -> None:
+    """They share the grade cache: an entry a process grade made may answer a final grade."""
+    from ops.cli.workers.verifier import graders
+
+    for static in (False, True):
+        for diff in (False, True):
+            episodes, progress = graders(None, MemoryObjectStore(), static=static, diff=diff)  # type: ignore[arg-type]
+            assert (episodes.static, episodes.diff, episodes.background) == (static, diff, False)
+            assert (progress.static, progress.diff, progress.background) == (static, diff, True)
