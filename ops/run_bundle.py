@@ -42,7 +42,8 @@ from typing import Any, Literal
 
 import fastavro
 
-from actors.verifier.versions import reward_config, reward_config_version, verifier_version
+from actors.tasks.reward_config import DEFAULT as DEFAULT_REWARD
+from actors.verifier.versions import verifier_version
 from actors.verifier.worker import VERIFIER_ID
 from ops.audit import LogRecord
 from ops.objects_gc import Marker
@@ -399,8 +400,8 @@ def reward_rule() -> dict[str, Any]:
     (`reward_config`; a run started with `--reward-config` names its own file's version in its pin), and the
     verifier version it grades with (no fault injected)."""
     return {
-        **reward_config(),
-        "version": reward_config_version(),
+        **DEFAULT_REWARD.canonical(),
+        "version": DEFAULT_REWARD.version,
         "verifier_version": verifier_version(VERIFIER_ID),
     }
 

@@ -369,15 +369,7 @@ def _progress(draft: Effects, grading: StepGrading, *, changed: bool, origin: Or
     episode = state.episode
     if episode.snapshot_id is None or not grading.wants(episode.step, changed):
         return draft
-    task, config, started = _task(state), _config(state), _started(episode)
-    request = VerifyRequest(
-        _meta(origin, episode, now_us),
-        started.image,
-        task.timeout_s,
-        task.limits,
-        episode.step,
-        config.max_steps,
-    )
+    request = _verify_request(state, _meta(origin, episode, now_us), steps_used=episode.step)
     return dataclasses.replace(draft, progress=(*draft.progress, request))
 
 
@@ -619,12 +611,20 @@ def _request(state: OwnerState, kind: RequestKind, attempt: int, origin: Origin,
         return PolicyRequest(meta, task.instruction, episode.history, state.sampling)
     if kind is RequestKind.VERIFY:
         steps_used = len(episode.history) + (episode.pending_action is not None)  # a submit is an action
-        return VerifyRequest(meta, started.image, task.timeout_s, task.limits, steps_used, config.max_steps)
+        return _verify_request(state, meta, steps_used)
     pending = episode.pending_action
     if pending is None or isinstance(pending.action, Submit | InvalidReply):
         raise OwnerError(f"episode {episode.episode_id}: a sandbox request needs a pending sandbox action")
     limit = step_output_limit(state)
     return SandboxRequest(meta, started.image, pending.action, config.sandbox_timeout_s, limit, task.limits)
+
+
+def _verify_request(state: OwnerState, meta: EventMeta, steps_used: int) -> VerifyRequest:
+    """A grade of the workspace `meta` names, in the episode's image, under the task's timeout and limits,
+    with the steps used against the episode's budget (the efficiency component)."""
+    task = _task(state)
+    image = _started(state.episode).image
+    return VerifyRequest(meta, image, task.timeout_s, task.limits, steps_used, _config(state).max_steps)
 
 
 def _base_timeout_s(state: OwnerState, kind: RequestKind) -> float:

@@ -17,7 +17,7 @@ from actors.guard.control import ControlState
 from actors.tasks.reward_config import DEFAULT as DEFAULT_REWARD
 from actors.tasks.reward_config import RewardConfig
 from actors.tasks.spec import Task
-from actors.verifier.versions import reward_config_version, tests_version, verifier_version
+from actors.verifier.versions import tests_version, verifier_version
 from actors.verifier.worker import VERIFIER_ID
 from schemas.origin import Origin
 from schemas.run_control import GuardSettings, PinnedTask, RunPinned
@@ -47,7 +47,7 @@ def run_pin(
         PinnedTask(task.id, task.version, tests_version(task)) for task in sorted(tasks, key=lambda t: t.id)
     )
     return RunPinned(
-        origin.record_meta(), run_id, verifier_version(VERIFIER_ID), image, reward_config_version(reward),
+        origin.record_meta(), run_id, verifier_version(VERIFIER_ID), image, reward.version,
         pinned, guard,
     )  # fmt: skip
 

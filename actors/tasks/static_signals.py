@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sandbox_agent.backend import Sandbox, SandboxBackend
@@ -35,6 +35,10 @@ CHECK_LIMITS = ExecLimits(timeout_s=60.0, output_bytes=4 * MIB)
 NOQA = re.compile(rb"#\s*no" + rb"qa\b", re.IGNORECASE)  # split: ruff would read the literal as a directive
 TYPE_IGNORE = re.compile(rb"#\s*type:\s*ignore\b")
 MYPY_ERROR = re.compile(r"^(?P<path>[^:\n]+):\d+(?::\d+)?: error: ", re.MULTILINE)
+
+
+# A checker run over files under a root in the sandbox: findings per file, or None when it did not run.
+Checker = Callable[[SandboxBackend, Sandbox, str, Sequence[str]], "Counter[str] | None"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,22 +105,17 @@ def static_findings(
         return StaticFindings(0, 0)
     old_files = [path for path in files if path in before]
     workspace = backend.workspace_path
-    lint_after = _ruff(backend, sandbox, workspace, files)
-    lint_before = _ruff(backend, sandbox, repo_root, old_files) if old_files else Counter()
-    types_after = _mypy(backend, sandbox, workspace, files)
-    types_before = _mypy(backend, sandbox, repo_root, old_files) if old_files else Counter()
-    noqa = sum(added_suppressions(before.get(p, b""), after[p], NOQA) for p in files)
-    ignores = sum(added_suppressions(before.get(p, b""), after[p], TYPE_IGNORE) for p in files)
-    lint = None if lint_after is None or lint_before is None else new_findings(lint_after, lint_before, files)
-    types = (
-        None
-        if types_after is None or types_before is None
-        else new_findings(types_after, types_before, files)
-    )
-    return StaticFindings(
-        None if lint is None else lint + noqa,
-        None if types is None else types + ignores,
-    )
+
+    def added(check: Checker, suppression: re.Pattern[bytes]) -> int | None:
+        """The findings `check` counts in the workspace beyond repo/, plus the suppressions added."""
+        now = check(backend, sandbox, workspace, files)
+        was = check(backend, sandbox, repo_root, old_files) if old_files else Counter()
+        if now is None or was is None:
+            return None
+        silenced = sum(added_suppressions(before.get(p, b""), after[p], suppression) for p in files)
+        return new_findings(now, was, files) + silenced
+
+    return StaticFindings(added(_ruff, NOQA), added(_mypy, TYPE_IGNORE))
 
 
 def _ruff(backend: SandboxBackend, sandbox: Sandbox, root: str, files: Sequence[str]) -> Counter[str] | None:

@@ -118,18 +118,32 @@ def verify(
         )
     before, after = read_trees(task.repo_dir, workspace)
     change = diff_trees(before, after)
-    touched = changed_paths(before, after) if static else None
+    checks = _static_input(before, after) if static else None
     with owned_temp_dir(prefix="trialog-verify-") as scratch:
         staged = Path(scratch) / "workspace"
         copy_workspace(workspace, staged)
         sandbox = backend.create(spec)
         try:
-            verification = _grade_in(sandbox, backend, task, staged, nonce, started, touched, (before, after))
+            verification = _grade_in(sandbox, backend, task, staged, nonce, started, checks)
         finally:
             backend.destroy(sandbox)
     resources = dataclasses.replace(verification.resources, change=change)
     text = change_text(before, after) if diff else ""
     return dataclasses.replace(verification, resources=resources, diff=text)
+
+
+# What the static checks need: the changed paths, and (repo/, workspace) bytes of each changed file.
+StaticInput = tuple[list[str], tuple[dict[str, bytes], dict[str, bytes]]]
+
+
+def _static_input(before: dict[str, Entry], after: dict[str, Entry]) -> StaticInput:
+    touched = changed_paths(before, after)
+    wanted = set(touched)
+    contents = (
+        {path: entry.data for path, entry in before.items() if path in wanted},
+        {path: entry.data for path, entry in after.items() if path in wanted},
+    )
+    return touched, contents
 
 
 _collected: dict[tuple[str, str], tuple[str, ...]] = {}
@@ -172,16 +186,15 @@ def _grade_in(
     staged: Path,
     nonce: Callable[[], str],
     started: float,
-    touched: list[str] | None = None,
-    trees: tuple[dict[str, Entry], dict[str, Entry]] | None = None,
+    checks: StaticInput | None = None,
 ) -> Verification:
     inputs = backend.write_inputs(sandbox, dict(_inputs(task)))
     expected = expected_ids(task, sandbox, backend, inputs, nonce)
     backend.write_files(sandbox, dict(files_under(staged)))
     statics = StaticFindings(None, None)
-    if touched is not None and trees is not None:  # before the build and the tests: see static_signals
-        contents = tuple({p: e.data for p, e in tree.items() if p in touched} for tree in trees)
-        statics = static_findings(backend, sandbox, f"{inputs}/{REPO_INPUT}", touched, contents)  # type: ignore[arg-type]
+    if checks is not None:  # before the build and the tests: see static_signals
+        touched, contents = checks
+        statics = static_findings(backend, sandbox, f"{inputs}/{REPO_INPUT}", touched, contents)
     if task.spec.build_command is not None:
         build = backend.exec(
             sandbox,
@@ -216,7 +229,11 @@ def _grade_in(
         reported=output.reported,
         complete=output.complete and not run.timed_out,
         resources=Resources(
-            run.duration_s, run.memory_peak_bytes, run.left_running, None, statics.lint_new, statics.types_new
+            test_wall_s=run.duration_s,
+            memory_peak_bytes=run.memory_peak_bytes,
+            left_running=run.left_running,
+            lint_new=statics.lint_new,
+            types_new=statics.types_new,
         ),
     )
 

@@ -26,7 +26,6 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 from actors.tasks.reward_config import DEFAULT as DEFAULT_REWARD
 from actors.tasks.reward_config import RewardConfig
@@ -54,17 +53,6 @@ def verifier_version(verifier_id: str, settings: Mapping[str, str] | None = None
     digest.update(_code_hash().encode() + b"\0" + verifier_id.encode() + b"\0")
     digest.update(json.dumps(dict(settings or {}), sort_keys=True).encode())
     return digest.hexdigest()
-
-
-def reward_config(config: RewardConfig = DEFAULT_REWARD) -> dict[str, Any]:
-    """The reward configuration's canonical content (`actors.tasks.reward_config`): what its version
-    hashes."""
-    return config.canonical()
-
-
-def reward_config_version(config: RewardConfig = DEFAULT_REWARD) -> str:
-    """The version of the reward configuration: its canonical content's sha256."""
-    return config.version
 
 
 def tests_version(task: Task) -> str:
