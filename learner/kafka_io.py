@@ -63,12 +63,12 @@ class KafkaFeed:
     """Every partition of the run's `trajectories.completed`, from the planner's offsets (or the start)."""
 
     def __init__(self, bootstrap: str, run: str, offsets: Mapping[tuple[str, int], int]) -> None:
-        from kafka import KafkaConsumer, TopicPartition
+        from kafka import TopicPartition
+
+        from streams.kafka import clients
 
         self.topic = TRAJECTORIES_COMPLETED.of(run)
-        self._consumer = KafkaConsumer(
-            bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
-        )
+        self._consumer = clients.consumer(bootstrap, enable_auto_commit=False, auto_offset_reset="earliest")
         partitions = self._consumer.partitions_for_topic(self.topic)
         if not partitions:
             raise RuntimeError(f"topic {self.topic} does not exist (create the run's topics first)")
@@ -169,14 +169,13 @@ class KafkaAnnouncer:
     """`policy.versions` of the run: announcements are sent with acks=all and waited for."""
 
     def __init__(self, bootstrap: str, run: str, codec: Codec | None = None) -> None:
-        from kafka import KafkaProducer
-
         from actors.rollout.weights import KafkaPublications
+        from streams.kafka import clients
 
         self.codec = codec or default_codec()
         self.topic = POLICY_VERSIONS.of(run)
         self._reader = KafkaPublications(bootstrap, run, self.codec)
-        self._producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+        self._producer = clients.producer(bootstrap)
         self._versions: dict[str, set[int]] = {}
 
     def announced_versions(self, run_id: str) -> set[int]:

@@ -250,11 +250,11 @@ class ControlWriter:
     before `write` returns."""
 
     def __init__(self, bootstrap: str, run: str, codec: Codec | None = None) -> None:
-        from kafka import KafkaProducer
+        from streams.kafka import clients
 
         self.topic = topic_name(run, RUN_CONTROL.name)
         self.codec = codec or default_codec()
-        self._producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+        self._producer = clients.producer(bootstrap)
 
     def write(self, record: ControlRecord) -> None:
         self._producer.send(self.topic, value=self.codec.encode(record)).get(SEND_TIMEOUT_S)

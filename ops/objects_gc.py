@@ -320,11 +320,10 @@ def collect_garbage(
 
 def kafka_source(bootstrap: str, timeout_s: float) -> tuple[list[str], RecordSource]:
     """The broker's topic names and a reader of them (kafka-python, no consumer group)."""
-    from kafka import KafkaConsumer
-
+    from streams.kafka import clients
     from streams.kafka.reader import LogReader
 
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
+    consumer = clients.consumer(bootstrap, group_id=None)
     try:
         names = sorted(consumer.topics())
     finally:

@@ -45,7 +45,7 @@ def pin_run(
     reward: RewardConfig = DEFAULT_REWARD,
 ) -> RunPinned:
     """Write the run's pin if it has none; the pin in force."""
-    from kafka import KafkaProducer
+    from streams.kafka import clients
 
     origin = Origin.system("run-start", socket.gethostname())
     pin = run_pin(run, [load_task(folder) for folder in folders], image, guard, origin, reward)
@@ -57,7 +57,7 @@ def pin_run(
             say(f"run {run}: pinned before; this start differs (the pin stands, the guard will record each "
                 f"change it sees graded): {'; '.join(settled.differences)}")  # fmt: skip
         return state.pinned
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    producer = clients.producer(bootstrap)
     try:
         producer.send(RUN_CONTROL.of(run), value=default_codec().encode(settled.write)).get(SEND_TIMEOUT_S)
     finally:

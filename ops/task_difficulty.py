@@ -112,17 +112,17 @@ def measurements(
 
 def write_difficulties(bootstrap: str, for_run: str, records: Sequence[TaskDifficulty]) -> str:
     """Each record on `for_run`'s tasks topic (created if missing), acknowledged; returns the topic."""
-    from kafka import KafkaProducer
     from kafka.errors import KafkaError
 
     from schemas.codec import default_codec
+    from streams.kafka import clients
     from streams.kafka.topics import ensure_topics
 
     topic = TASKS.of(for_run)
     codec = default_codec()
     try:
         ensure_topics(bootstrap, for_run)
-        producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+        producer = clients.producer(bootstrap)
         try:
             for record in records:
                 producer.send(topic, key=difficulty_key(record.task_id), value=codec.encode(record)).get(30)

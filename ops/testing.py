@@ -13,6 +13,7 @@ import shutil
 import socket
 import threading
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -72,23 +73,37 @@ def use_stack_engine(paths: Paths) -> docker_engine.Engine:
 
 
 class KafkaContainer(DockerContainer):
-    """A single-node KRaft Kafka in a locally built container, on a free 127.0.0.1 port."""
+    """A single-node KRaft Kafka in a locally built container, on a free 127.0.0.1 port; or, given `nodes`
+    (every node's client and controller ports) and `node_id`, one node of a cluster (`KafkaCluster`)."""
 
-    def __init__(self, paths: Paths, ports: kafka.KafkaPorts | None = None) -> None:
+    def __init__(
+        self,
+        paths: Paths,
+        ports: kafka.KafkaPorts | None = None,
+        *,
+        nodes: list[tuple[int, int]] | None = None,
+        node_id: int = 1,
+        cluster_id: str | None = None,
+        sasl_plain_users: Mapping[str, str] | None = None,
+    ) -> None:
         super().__init__(str(images.kafka_ref()))
-        self.kafka_ports = ports or kafka.KafkaPorts(
-            broker=process.free_port(), controller=process.free_port()
-        )
+        if nodes is None:
+            self.kafka_ports = ports or kafka.KafkaPorts(
+                broker=process.free_port(), controller=process.free_port()
+            )
+            nodes = self.kafka_ports.nodes()
+        else:
+            self.kafka_ports = kafka.KafkaPorts(*nodes[node_id - 1])
         self._config_dir = paths.component("test-kafka") / uuid.uuid4().hex[:8]
         self._config_dir.mkdir(parents=True)
         (self._config_dir / "server.properties").write_text(
-            kafka.server_properties(self.kafka_ports, "@DATA_DIR@")
+            kafka.node_properties(nodes, node_id, "@DATA_DIR@", sasl_plain_users)
         )
         (self._config_dir / "log4j2.properties").write_text(kafka.LOG4J_CONFIG.read_text())
         runtime = java_home()
         self.with_kwargs(network_mode="host", labels=owned_labels("kafka"))
         self.with_env("JAVA_HOME", str(runtime))
-        self.with_env("KAFKA_CLUSTER_ID", kafka.new_cluster_id())
+        self.with_env("KAFKA_CLUSTER_ID", cluster_id or kafka.new_cluster_id())
         self.with_volume_mapping(str(kafka.libs(paths)), "/opt/kafka/libs", "ro")
         self.with_volume_mapping(str(self._config_dir), "/etc/kafka", "ro")
         for host_path in host_paths_of_runtime(runtime):
@@ -97,6 +112,12 @@ class KafkaContainer(DockerContainer):
     @property
     def bootstrap(self) -> str:
         return self.kafka_ports.bootstrap
+
+    def launch(self) -> KafkaContainer:
+        """Start the container without waiting for it to answer (a cluster's node answers only once a
+        majority of the quorum runs)."""
+        super().start()
+        return self
 
     def start(self) -> KafkaContainer:
         super().start()
@@ -127,6 +148,44 @@ class KafkaContainer(DockerContainer):
     def stop(self, force: bool = True, delete_volume: bool = True) -> None:
         super().stop(force=force, delete_volume=delete_volume)
         shutil.rmtree(self._config_dir, ignore_errors=True)
+
+
+class KafkaCluster:
+    """`size` KRaft nodes (combined broker+controller), each in its own container on free loopback ports:
+    the cluster `trialog up --brokers 3` runs, for tests that stop and cut off brokers."""
+
+    def __init__(self, paths: Paths, size: int = 3) -> None:
+        nodes = [(process.free_port(), process.free_port()) for _ in range(size)]
+        cluster_id = kafka.new_cluster_id()
+        self.nodes = [
+            KafkaContainer(paths, nodes=nodes, node_id=i, cluster_id=cluster_id) for i in range(1, size + 1)
+        ]
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(node.bootstrap for node in self.nodes)
+
+    def start(self, timeout_s: float = 300) -> KafkaCluster:
+        for node in self.nodes:
+            node.launch()
+        if not process.wait_until(lambda: self.alive() == len(self.nodes), timeout_s=timeout_s):
+            logs = "\n".join(
+                n.get_wrapped_container().logs(tail=15).decode(errors="replace") for n in self.nodes
+            )
+            self.stop()
+            raise StackError(
+                f"a Kafka cluster of {len(self.nodes)} did not form on {self.bootstrap}:\n{logs}"
+            )
+        return self
+
+    def alive(self) -> int:
+        """Brokers the cluster lists as alive."""
+        return kafka.brokers_answering(self.bootstrap)
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            with contextlib.suppress(Exception):
+                node.stop()
 
 
 @dataclass

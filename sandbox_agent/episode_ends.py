@@ -79,10 +79,12 @@ class EpisodeEnds:
             self._stopping.wait(RETRY_S)
 
     def _follow(self) -> None:
-        from kafka import KafkaConsumer, TopicPartition
+        from kafka import TopicPartition
 
-        consumer: Any = KafkaConsumer(
-            bootstrap_servers=self.bootstrap,
+        from streams.kafka import clients
+
+        consumer: Any = clients.consumer(
+            self.bootstrap,
             enable_auto_commit=False,
             metadata_max_age_ms=METADATA_MAX_AGE_MS,
         )

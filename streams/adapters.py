@@ -41,10 +41,12 @@ class EventLogReader:
         self.topic = topic
 
     def __call__(self, partition: int, start: int) -> Iterator[tuple[int, bytes | None, bytes | None]]:
-        from kafka import KafkaConsumer, TopicPartition
+        from kafka import TopicPartition
+
+        from streams.kafka import clients
 
         tp = TopicPartition(self.topic, partition)
-        consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False)
+        consumer = clients.consumer(self.bootstrap, enable_auto_commit=False)
         try:
             consumer.assign([tp])
             end = consumer.end_offsets([tp])[tp]

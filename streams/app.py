@@ -39,6 +39,9 @@ from schemas.origin import Origin
 from schemas.requests import SamplingParams
 from schemas.topics import topic_name
 from streams.adapters import EventLogReader, FaustBus, FaustRows
+from streams.kafka import clients
+from streams.kafka.serving import METADATA_MAX_AGE_MS
+from streams.kafka.topics import Durability
 from streams.ports import Input
 from streams.rows import TaskCache
 from streams.step_grading import OFF as NO_STEP_GRADING
@@ -62,6 +65,7 @@ REQUEST_TIMEOUT_S = 10.0
 FETCH_MAX_WAIT_MS = 10
 BLOCK_CACHE_BYTES = 8 * 1024 * 1024  # per table partition (Faust's default is 2 GiB each)
 PARTITIONS = {topic.name: topic.partitions for topic in topics.TOPICS}
+SINGLE_BROKER = Durability(1, 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +77,7 @@ class Settings:
     standby_replicas: int = 0
     sampling: SamplingParams | None = None  # the run's; None: SamplingParams' defaults
     grading: StepGrading = NO_STEP_GRADING  # which intermediate workspaces are graded (process rewards)
+    durability: Durability = SINGLE_BROKER  # of the table's changelog topic, as of the run's topics
 
     @property
     def app_id(self) -> str:
@@ -82,9 +87,16 @@ class Settings:
 def build_app(settings: Settings) -> tuple[faust.App, EpisodeWorker]:
     run = settings.run
     Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
+    idempotent_producer()
     app = faust.App(
         settings.app_id,
-        broker=f"kafka://{settings.bootstrap}",
+        broker=clients.faust_broker(settings.bootstrap),
+        broker_credentials=clients.security().faust_credentials(),
+        # aiokafka's default (5 minutes) left a worker started before `run start` made the topics without
+        # its partitions for that long (measured twice); a refresh every few seconds finds them.
+        consumer_metadata_max_age_ms=METADATA_MAX_AGE_MS,
+        producer_metadata_max_age_ms=METADATA_MAX_AGE_MS,
+        topic_replication_factor=settings.durability.replication,
         store="rocksdb://",
         datadir=settings.data_dir,
         processing_guarantee="at_least_once",
@@ -107,6 +119,7 @@ def build_app(settings: Settings) -> tuple[faust.App, EpisodeWorker]:
         partitions=PARTITIONS[COMMANDS],
         use_partitioner=True,
         options={"driver": "rocksdict", "block_cache_size": BLOCK_CACHE_BYTES},
+        extra_topic_configs=settings.durability.topic_configs(),
     )
     rows = FaustRows(table)
     tasks = TaskCache(settings.bootstrap, topics.TASKS.of(run))
@@ -179,6 +192,20 @@ def build_app(settings: Settings) -> tuple[faust.App, EpisodeWorker]:
 
     app.task(load_tasks)
     return app, worker
+
+
+def idempotent_producer() -> None:
+    """Make the Faust app's producer idempotent, as every other producer of trialog is (`streams.kafka.
+    clients`): a send retried after a broker failover must not write the event twice (a duplicate step in
+    the episode's log). faust-streaming asks aiokafka for idempotence only inside transactions, which the
+    streams worker does not use (at-least-once), and has no setting for it; its driver's producer takes its
+    extra settings from `_settings_extra`, so that is where it is asked for."""
+    from faust.transport.drivers import aiokafka as driver
+
+    def settings_extra(_self: Any) -> dict[str, Any]:
+        return {"acks": "all", "enable_idempotence": True}
+
+    driver.Producer._settings_extra = settings_extra  # type: ignore[method-assign,assignment]
 
 
 def _note_lag(app: faust.App, message: Any) -> None:

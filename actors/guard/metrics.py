@@ -49,11 +49,12 @@ def run_groups(groups: Iterable[str], run: str) -> list[str]:
 
 def consumer_lags(bootstrap: str, run: str, timeout_s: float = 10.0) -> dict[str, int]:
     """Records behind per consumer group of `run` (groups that committed nothing are left out)."""
-    from kafka import KafkaAdminClient
     from kafka.admin import OffsetSpec
 
-    admin = KafkaAdminClient(
-        bootstrap_servers=bootstrap,
+    from streams.kafka import clients
+
+    admin = clients.admin(
+        bootstrap,
         client_id="trialog-guard-lag",
         request_timeout_ms=int(timeout_s * 1000),
         bootstrap_timeout_ms=int(timeout_s * 1000),

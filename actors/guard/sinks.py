@@ -55,9 +55,9 @@ class KafkaAlertSink:
 
     @classmethod
     def connect(cls, bootstrap: str, run: str) -> KafkaAlertSink:
-        from kafka import KafkaProducer
+        from streams.kafka import clients
 
-        return cls(KafkaProducer(bootstrap_servers=bootstrap, acks="all"), run, own_producer=True)
+        return cls(clients.producer(bootstrap), run, own_producer=True)
 
     def deliver(self, alert: Alert) -> None:
         sent = self.producer.send(self.topic, value=default_codec().encode(alert))

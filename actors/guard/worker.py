@@ -99,7 +99,7 @@ class GuardProcess:
         return self._base.get(topic, topic)
 
     def run(self) -> int:
-        from kafka import KafkaConsumer, KafkaProducer
+        from streams.kafka import clients
 
         settings = self.settings
         if not connected(settings.bootstrap, self.stopping, self.say):
@@ -114,12 +114,12 @@ class GuardProcess:
             f"{len(state.tasks)} tasks, {state.rounds} canary rounds so far, "
             f"{'PAUSED' if state.control.is_paused else 'running'}"
         )
-        consumer = KafkaConsumer(
-            bootstrap_servers=settings.bootstrap,
+        consumer = clients.consumer(
+            settings.bootstrap,
             enable_auto_commit=False,
             metadata_max_age_ms=METADATA_MAX_AGE_MS,
         )
-        producer = KafkaProducer(bootstrap_servers=settings.bootstrap, acks="all")
+        producer = clients.producer(settings.bootstrap)
         try:
             assign_all(consumer, list(self._base))
             while not self.stopping.is_set():

@@ -27,7 +27,6 @@ from schemas.requests import PolicyRequest
 from streams.kafka.request_loop import Refused, Route
 
 log = logging.getLogger(__name__)
-DEFAULT_GROUP = "trialog-rollout"
 ROUTE = Route(PolicyRequest, topics.POLICY_REQUESTS, topics.POLICY_RESULTS)
 
 

@@ -97,7 +97,7 @@ class SchedulerProcess:
 
     def run(self) -> int:
         """0 when N episodes ended; 1 when stopped, or when no task came within `wait_for_tasks_s`."""
-        from kafka import KafkaConsumer, KafkaProducer
+        from streams.kafka import clients
 
         settings, target = self.settings, self.settings.target
         if not connected(settings.bootstrap, self.stopping, self.say):
@@ -105,13 +105,13 @@ class SchedulerProcess:
         ensure_topics(settings.bootstrap, target.run_id)
         self.rebuild()
         self.say(f"{progress(self.state, target)} (read back; {len(self.state.tasks)} tasks)")
-        consumer = KafkaConsumer(
-            bootstrap_servers=settings.bootstrap,
+        consumer = clients.consumer(
+            settings.bootstrap,
             group_id=settings.group_id,
             enable_auto_commit=False,
             metadata_max_age_ms=METADATA_MAX_AGE_MS,
         )
-        producer = KafkaProducer(bootstrap_servers=settings.bootstrap, acks="all")
+        producer = clients.producer(settings.bootstrap)
         try:
             follow = [
                 self.topics[TASKS],

@@ -91,14 +91,14 @@ def record_reviews(reviews: Sequence[TaskReviewed], bootstrap: str, *, run: str 
 
 @contextmanager
 def _producer(bootstrap: str, run: str) -> Iterator[Any]:
-    from kafka import KafkaProducer
     from kafka.errors import KafkaError
 
     from schemas.kafka_serde import AvroSerializer
+    from streams.kafka import clients
 
     try:
         ensure_topics(bootstrap, run)
-        producer = KafkaProducer(bootstrap_servers=bootstrap, value_serializer=AvroSerializer())
+        producer = clients.producer(bootstrap, value_serializer=AvroSerializer())
     except KafkaError as exc:
         raise StackError(
             f"Kafka at {bootstrap} is not reachable: {exc}", "start the stack: trialog up"

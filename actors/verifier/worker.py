@@ -65,7 +65,6 @@ from streams.kafka.request_loop import Route
 
 log = logging.getLogger(__name__)
 
-DEFAULT_GROUP = "trialog-verifier"
 ROUTE = Route(VerifyRequest, topics.VERIFY_REQUESTS, topics.VERIFY_RESULTS)
 # The guard's canaries: graded exactly like an episode's workspace, answered beside the episodes' grades.
 CANARY_ROUTE = Route(VerifyRequest, topics.CANARY_REQUESTS, topics.CANARY_RESULTS)

@@ -198,14 +198,13 @@ class RolloutStandIn:
         self.instruction = (INSTRUCTION_WORDS * repeat)[: args.prompt_tokens]
 
     def produce(self, groups: int, *, paced: bool) -> None:
-        from kafka import KafkaProducer
-
         from learner import testing
         from schemas.actions import Action, RunCommand, Submit
         from schemas.codec import default_codec
+        from streams.kafka import clients
 
         codec = default_codec()
-        producer = KafkaProducer(bootstrap_servers=self.bootstrap, acks="all")
+        producer = clients.producer(self.bootstrap)
         actions: tuple[Action, ...] = (*(RunCommand(f"python3 -m pytest -q tests/test_calc.py -k case{i}")
                      for i in range(self.args.turns - 1)), Submit("done"))  # fmt: skip
         for g in range(groups):

@@ -178,16 +178,17 @@ def cpu_seconds(pid: int) -> float:
 
 
 def _drive(bootstrap: str, run_id: str, episodes: int, steps: int, streams_pid: int) -> Result:
-    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+    from kafka import TopicPartition
 
     from ops.bench.pipeline_workers import NullWorkers, start_commands, task_record
     from schemas.codec import default_codec
     from schemas.requests import PolicyRequest, SandboxRequest, VerifyRequest
+    from streams.kafka import clients
 
     codec = default_codec()
-    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=0)
+    producer = clients.producer(bootstrap, linger_ms=0)
     # A short fetch wait: the default (500 ms) would be measured as orchestration time.
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_wait_ms=5)
+    consumer = clients.consumer(bootstrap, enable_auto_commit=False, fetch_max_wait_ms=5)
     read = (POLICY_REQUESTS, SANDBOX_REQUESTS, VERIFY_REQUESTS, TRAJECTORIES_COMPLETED)
     consumer.assign([TopicPartition(topic.of(run_id), p) for topic in read for p in range(topic.partitions)])
     consumer.seek_to_beginning()

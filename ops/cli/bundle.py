@@ -97,14 +97,14 @@ def _cmd_bundle(args: argparse.Namespace) -> int:
 def _run_topics(bootstrap: str, run: str, timeout_s: float) -> list[str]:
     """The base names of the catalogue's topics that `run` has on the broker (all of them for a run made
     by `run start`; a run made before a topic joined the catalogue lacks it, and is bundled without it)."""
-    from kafka import KafkaConsumer
     from kafka.errors import KafkaError
 
     from schemas.topics import TOPICS
+    from streams.kafka import clients
 
     try:
-        consumer = KafkaConsumer(
-            bootstrap_servers=bootstrap, group_id=None, bootstrap_timeout_ms=int(min(10.0, timeout_s) * 1000)
+        consumer = clients.consumer(
+            bootstrap, group_id=None, bootstrap_timeout_ms=int(min(10.0, timeout_s) * 1000)
         )
         try:
             existing = set(consumer.topics())

@@ -320,7 +320,23 @@ def int_at_least(minimum: int) -> Callable[[str], int]:
 
 def add_group(parser: argparse.ArgumentParser, kind: str) -> None:
     """`--group`, the consumer group a request-serving worker joins (workers of one kind share it)."""
-    parser.add_argument("--group", default=f"trialog-{kind}", help="the Kafka consumer group to join")
+    parser.add_argument(
+        "--group",
+        type=identifier,
+        metavar="GROUP",
+        help=f"the Kafka consumer group to join (default: the run's, RUN.trialog-{kind})",
+    )
+
+
+def group_of(args: argparse.Namespace, kind: str) -> str:
+    """The group `--group` names, else the run's own for `kind`: a worker started by hand joins its run's
+    group, never one shared by every run (where a dead member of another run's workers would stall it)."""
+    given: str | None = args.group
+    if given:
+        return given
+    from schemas.topics import topic_name
+
+    return topic_name(args.run, f"trialog-{kind}")
 
 
 def add_telemetry(parser: argparse.ArgumentParser) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import sys
@@ -80,6 +81,8 @@ def _cmd_up(args: argparse.Namespace) -> int:
     from ops.stack import stack
 
     config = stack.StackConfig.load()
+    if args.brokers is not None:
+        config = dataclasses.replace(config, kafka=dataclasses.replace(config.kafka, brokers=args.brokers))
     stack.up(config)
     return _print_status(config, as_json=False)
 
@@ -152,9 +155,15 @@ def build_parser() -> argparse.ArgumentParser:
         sub, "prepare", "install and build the stack's parts (Docker, images, Kafka jars, Jaeger)",
         handler=_cmd_prepare, examples=("trialog prepare",),
     )  # fmt: skip
-    kit.command(
+    up = kit.command(
         sub, "up", "bring up the local stack: Docker engine, sandbox images, Kafka (KRaft), Jaeger",
-        handler=_cmd_up, examples=("trialog up",),
+        handler=_cmd_up, examples=("trialog up", "trialog up --brokers 3"),
+    )  # fmt: skip
+    up.add_argument(
+        "--brokers", type=kit.int_at_least(1), metavar="N",
+        help="Kafka nodes (combined broker+controller, KRaft quorum) on 127.0.0.1:9092, :9094, ...; with 3 "
+        "the run's topics get 3 replicas and min.insync.replicas=2 (default: $TRIALOG_KAFKA_BROKERS, else "
+        "the running stack's, else 1)",
     )  # fmt: skip
     kit.command(
         sub, "down", "stop the local stack (an external Docker engine is left running)",

@@ -34,6 +34,7 @@ class StackConfig:
             kafka.KafkaPorts(
                 broker=int(env.get("TRIALOG_KAFKA_PORT", 9092)),
                 controller=int(env.get("TRIALOG_KAFKA_CONTROLLER_PORT", 9093)),
+                brokers=int(env.get("TRIALOG_KAFKA_BROKERS", 1)),
             ),
             jaeger.JaegerPorts(
                 otlp_grpc=int(env.get("TRIALOG_JAEGER_OTLP_GRPC_PORT", 4317)),
@@ -70,7 +71,8 @@ def prepare(config: StackConfig) -> None:
 def up(config: StackConfig) -> None:
     prepare(config)
     config.record()
-    with step(f"Kafka broker on {config.kafka.bootstrap} (KRaft)"):
+    brokers = "broker" if config.kafka.brokers == 1 else f"cluster of {config.kafka.brokers} brokers"
+    with step(f"Kafka {brokers} on {config.kafka.bootstrap} (KRaft)"):
         kafka.start(config.paths, config.kafka)
     with step("Kafka topics"):
         created = ensure_topics(config.kafka.bootstrap)

@@ -66,11 +66,11 @@ class LogReader:
         connect_timeout_s: float = 10.0,
         skip_missing: bool = False,
     ) -> None:
-        from kafka import KafkaConsumer
+        from streams.kafka import clients
 
         self.bootstrap = bootstrap
-        self.consumer: Any = KafkaConsumer(
-            bootstrap_servers=bootstrap,
+        self.consumer: Any = clients.consumer(
+            bootstrap,
             group_id=None,
             enable_auto_commit=False,
             client_id=client_id,

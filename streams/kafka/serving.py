@@ -80,14 +80,12 @@ class LoopSettings:
 def connected(bootstrap: str, stopping: threading.Event, say: Callable[[str], None] | None = None) -> bool:
     """Wait until a Kafka broker at `bootstrap` answers, saying so (`say`, else the log: a warning while
     waiting); False when `stopping` is set first."""
-    from kafka import KafkaAdminClient
+    from streams.kafka import clients
 
     pause = CONNECT_FIRST_WAIT_S
     while not stopping.is_set():
         try:
-            KafkaAdminClient(
-                bootstrap_servers=bootstrap, client_id="trialog-probe", bootstrap_timeout_ms=CONNECT_TRY_MS
-            ).close()
+            clients.admin(bootstrap, client_id="trialog-probe", bootstrap_timeout_ms=CONNECT_TRY_MS).close()
         except KafkaError as exc:
             line = f"waiting for Kafka at {bootstrap} ({type(exc).__name__}); trying again in {pause:.1f} s"
             (say or log.warning)(line)
@@ -135,12 +133,12 @@ def serve_requests(
     each after it is served, until `stopping` is set. At least once: a crash before the commit serves it
     again. `prepare`, when given, first sees all the records of each poll (up to `settings.max_batch`) to
     answer them together; without it a poll takes one record."""
-    from kafka import KafkaConsumer, KafkaProducer
+    from streams.kafka import clients
 
     if not connected(settings.bootstrap, stopping, say):
         return
-    consumer = KafkaConsumer(
-        bootstrap_servers=settings.bootstrap,
+    consumer = clients.consumer(
+        settings.bootstrap,
         group_id=settings.group_id,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
@@ -154,7 +152,7 @@ def serve_requests(
     if not subscribe_when_known(consumer, topic, stopping, say):
         consumer.close()
         return
-    producer = KafkaProducer(bootstrap_servers=settings.bootstrap, acks="all")
+    producer = clients.producer(settings.bootstrap)
     try:
         while not stopping.is_set():
             polled = poll(consumer, settings.poll_timeout_ms, stopping)

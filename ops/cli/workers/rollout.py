@@ -224,14 +224,15 @@ def _cmd_worker_rollout(args: argparse.Namespace) -> int:
     except (ValueError, TaskError, BackendUnavailable) as exc:
         raise StackError(str(exc), "fix the policy options (trialog worker rollout --help)") from None
     bootstrap = kit.bootstrap_of(args)
+    group = kit.group_of(args, "rollout")
     origin = Origin.system("rollout", args.instance)
     worker = RolloutWorker(policy, origin, _weights(args, policy, bootstrap))
     settings = LoopSettings(
-        bootstrap, args.group, args.run, max_batch=args.batch, batch_linger_ms=args.batch_linger_ms
+        bootstrap, group, args.run, max_batch=args.batch, batch_linger_ms=args.batch_linger_ms
     )
     loop = RequestLoop(ROUTE, worker.handle, settings, origin, handle_batch=worker.handle_batch)
     kit.worker_logging()
-    where = f"{loop.requests_topic} on {bootstrap}, group {args.group}"
+    where = f"{loop.requests_topic} on {bootstrap}, group {group}"
     say(f"rollout worker {args.instance} ({policy.name}): {where}")
     start_telemetry(kit.telemetry_of(args, "trialog-rollout"))
     with kit.stop_on_signals(loop.stopping):

@@ -109,6 +109,7 @@ def _cmd_worker_sandbox(args: argparse.Namespace) -> int:
     engine = kit.require_docker()
     paths = Paths.from_env()
     bootstrap = kit.bootstrap_of(args)
+    group = kit.group_of(args, "sandbox")
     home = paths.component("sandbox")
     objects = LocalObjectStore(args.objects or paths.objects)
     client = engine.client()
@@ -123,9 +124,9 @@ def _cmd_worker_sandbox(args: argparse.Namespace) -> int:
             backend, pools, results, objects, origin, args.max_episodes, args.episode_store_quota
         )
         ends = EpisodeEnds(bootstrap, args.run, worker.episode_ended)
-        loop = RequestLoop(ROUTE, worker.handle, LoopSettings(bootstrap, args.group, args.run), origin)
+        loop = RequestLoop(ROUTE, worker.handle, LoopSettings(bootstrap, group, args.run), origin)
         kit.worker_logging()
-        say(f"sandbox worker {args.instance}: {loop.requests_topic} on {bootstrap}, group {args.group}")
+        say(f"sandbox worker {args.instance}: {loop.requests_topic} on {bootstrap}, group {group}")
         try:
             with cleanup(client, args), kit.stop_on_signals(loop.stopping):
                 ends.start()

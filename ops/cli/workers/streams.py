@@ -76,21 +76,32 @@ def _step_grading(text: str) -> StepGrading:
 
 
 def _cmd_worker_streams(args: argparse.Namespace) -> int:
+    from ops.console import say
     from ops.paths import Paths
     from ops.telemetry.setup import start as start_telemetry
     from schemas.requests import SamplingParams
     from streams.app import Settings, run_worker
     from streams.kafka.serving import connected
+    from streams.kafka.topics import await_run_topics, cluster_durability
 
     bootstrap = kit.bootstrap_of(args)
     data_dir = args.data_dir or str(Paths.from_env().component("streams") / f"data-{args.instance}")
     sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens)
-    settings = Settings(
-        bootstrap, args.run, data_dir, args.instance, args.standby_replicas, sampling, args.grade_steps
-    )
     with kit.stop_on_signals() as stopping:
-        if not connected(bootstrap, stopping, lambda line: print(line, flush=True)):
+        if not connected(bootstrap, stopping, say):
             return kit.EXIT_INTERRUPTED  # stopped while waiting for Kafka
+        if not await_run_topics(bootstrap, args.run, stopping, say):
+            return kit.EXIT_INTERRUPTED
+    settings = Settings(
+        bootstrap,
+        args.run,
+        data_dir,
+        args.instance,
+        args.standby_replicas,
+        sampling,
+        args.grade_steps,
+        cluster_durability(bootstrap),
+    )
     start_telemetry(kit.telemetry_of(args, "trialog-streams"))
     kit.worker_logging("faust", "aiokafka")
     return run_worker(settings)

@@ -163,6 +163,7 @@ def _cmd_worker_verifier(args: argparse.Namespace) -> int:
     engine = kit.require_docker()
     paths = Paths.from_env()
     bootstrap = kit.bootstrap_of(args)
+    group = kit.group_of(args, "verifier")
     objects = LocalObjectStore(args.objects or paths.objects)
     client = engine.client()
     try:
@@ -179,23 +180,21 @@ def _cmd_worker_verifier(args: argparse.Namespace) -> int:
             judge=judge, progress_grader=background,
         )  # fmt: skip
         poll_ms = poll_interval_ms(tasks)
-        settings = LoopSettings(bootstrap, args.group, args.run, max_poll_interval_ms=poll_ms)
+        settings = LoopSettings(bootstrap, group, args.run, max_poll_interval_ms=poll_ms)
         loop = RequestLoop(ROUTE, worker.handle, settings, origin)
-        canary_settings = LoopSettings(
-            bootstrap, f"{args.group}-canary", args.run, max_poll_interval_ms=poll_ms
-        )
+        canary_settings = LoopSettings(bootstrap, f"{group}-canary", args.run, max_poll_interval_ms=poll_ms)
         canaries = RequestLoop(CANARY_ROUTE, worker.handle_canary, canary_settings, origin)
         canaries.stopping = loop.stopping  # one stop for every loop
         # Intermediate workspaces (process rewards), in a thread and a consumer group of their own: a burst
         # of them never queues ahead of a final grade (they share the machine's cores, which the
         # process-reward benchmark measures).
         progress_settings = LoopSettings(
-            bootstrap, f"{args.group}-progress", args.run, max_poll_interval_ms=poll_ms
+            bootstrap, f"{group}-progress", args.run, max_poll_interval_ms=poll_ms
         )
         progress = RequestLoop(PROGRESS_ROUTE, worker.handle_progress, progress_settings, origin)
         progress.stopping = loop.stopping
         kit.worker_logging()
-        where = f"{loop.requests_topic} and {canaries.requests_topic} on {bootstrap}, group {args.group}"
+        where = f"{loop.requests_topic} and {canaries.requests_topic} on {bootstrap}, group {group}"
         faulty = "" if fault is None else f", FAULT INJECTED: {fault.value}"
         say(f"verifier {args.instance} ({len(tasks.ids)} tasks, version {version[:12]}, reward "
             f"configuration {reward.version[:12]}{faulty}): {where}")  # fmt: skip

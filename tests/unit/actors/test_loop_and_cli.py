@@ -14,6 +14,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from actors.rollout.simple_policies import RandomPolicy, ScriptedPolicy
 from actors.rollout.worker import ROUTE, RolloutWorker
+from ops.cli import kit
 from ops.cli.workers import rollout as rollout_cli
 from ops.cli.workers import verifier as verifier_cli
 from ops.paths import REPO_ROOT
@@ -119,7 +120,15 @@ def test_rollout_cli_checks_the_llm_options_before_loading_a_model() -> None:
 def test_verifier_cli_arguments() -> None:
     args = _parse(verifier_cli.register, ["verifier", "--tasks", "a", "--tasks", "b", "--objects", "o"])
     assert args.tasks == [Path("a"), Path("b")] and args.objects == Path("o")
-    assert (args.group, args.run) == ("trialog-verifier", "")
+    assert (args.group, args.run) == (None, "")
+    # The default group is the run's own: a worker started by hand never joins another run's group.
+    assert kit.group_of(args, "verifier") == "trialog-verifier"
+    of_run = _parse(verifier_cli.register, ["verifier", "--tasks", "a", "--run", "r7"])
+    assert kit.group_of(of_run, "verifier") == "r7.trialog-verifier"
+    named = _parse(verifier_cli.register, ["verifier", "--tasks", "a", "--run", "r7", "--group", "mine"])
+    assert kit.group_of(named, "verifier") == "mine"
+    with pytest.raises(SystemExit):
+        _parse(verifier_cli.register, ["verifier", "--tasks", "a", "--group", "no spaces"])
     with pytest.raises(SystemExit):
         _parse(verifier_cli.register, ["verifier"])  # --tasks is required
 
