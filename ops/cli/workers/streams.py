@@ -64,6 +64,7 @@ def register(workers: kit.Subparsers) -> None:
         "that changed the workspace); the untouched workspace is graded too when on",
     )  # fmt: skip
     kit.add_telemetry(command)
+    kit.add_lifecycle(command)
 
 
 def _step_grading(text: str) -> StepGrading:
@@ -88,9 +89,13 @@ def _cmd_worker_streams(args: argparse.Namespace) -> int:
     settings = Settings(
         bootstrap, args.run, data_dir, args.instance, args.standby_replicas, sampling, args.grade_steps
     )
-    with kit.stop_on_signals() as stopping:
-        if not connected(bootstrap, stopping, lambda line: print(line, flush=True)):
-            return kit.EXIT_INTERRUPTED  # stopped while waiting for Kafka
-    start_telemetry(kit.telemetry_of(args, "trialog-streams"))
-    kit.worker_logging("faust", "aiokafka")
-    return run_worker(settings)
+    health = kit.health_of(args)
+    with kit.health_endpoints(args, health):
+        with kit.graceful_stop(args, health=health) as stopping:
+            health.ready("episodes", False, f"waiting for Kafka at {bootstrap}")
+            if not connected(bootstrap, stopping, lambda line: print(line, flush=True)):
+                return kit.EXIT_INTERRUPTED  # stopped while waiting for Kafka
+        start_telemetry(kit.telemetry_of(args, "trialog-streams"))
+        kit.worker_logging("faust", "aiokafka")
+        # Faust's worker handles SIGTERM itself from here; the grace period bounds its stop.
+        return run_worker(settings, health, kit.grace_of(args))
