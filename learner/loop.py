@@ -21,6 +21,7 @@ from learner.kafka_io import ControlFeed, Feed, MemoryControlFeed, inputs
 from learner.learner import Learner
 from learner.state import PlannerState, Tick
 from schemas.origin import Clock
+from streams.lifecycle import Health
 
 log = logging.getLogger(__name__)
 RETRY_S = 1.0
@@ -35,15 +36,21 @@ def run(
     idle_checkpoint_s: float = IDLE_CHECKPOINT_S,
     control: ControlFeed | None = None,
     progress: ControlFeed | None = None,
+    health: Health | None = None,
 ) -> None:
     """Consume until `stopping` is set: each record of a poll, then a clock tick (group timeouts), then the
         training steps on what is ready. Progress without a training step is checkpointed when a poll finds
         nothing new (at most every `idle_checkpoint_s`) and at the end of a clean stop
         (`Learner.save_progress`). `control`: the run's control log (None: an empty one). `progress`: the
-    run's process grades (None: none read), for the process rewards; a failed read delays no training."""
+    run's process grades (None: none read), for the process rewards; a failed read delays no training.
+    `health` hears a beat per round (a round's training steps must fit in its liveness bound) and is told
+    the learner is ready when the loop starts (the checkpoint is resumed by then)."""
     control = control if control is not None else MemoryControlFeed()
+    health = health or Health()
+    health.ready("learner")
     last_saved = time.monotonic()
     while not stopping.is_set():
+        health.beat("learner")
         try:
             learner.follow(control.poll())
         except KafkaError as exc:

@@ -42,6 +42,7 @@ from streams.adapters import EventLogReader, FaustBus, FaustRows
 from streams.kafka import clients
 from streams.kafka.serving import METADATA_MAX_AGE_MS
 from streams.kafka.topics import Durability
+from streams.lifecycle import Grace, Health
 from streams.ports import Input
 from streams.rows import TaskCache
 from streams.step_grading import OFF as NO_STEP_GRADING
@@ -84,8 +85,11 @@ class Settings:
         return topic_name(self.run, "trialog-streams")
 
 
-def build_app(settings: Settings) -> tuple[faust.App, EpisodeWorker]:
+def build_app(settings: Settings, health: Health | None = None) -> tuple[faust.App, EpisodeWorker]:
+    """The app and its episode worker; `health` hears the tick timer beat and whether the tables are
+    settled (no rebalance going on, rows recovered from the changelog)."""
     run = settings.run
+    health = health or Health()
     Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
     idempotent_producer()
     app = faust.App(
@@ -173,8 +177,11 @@ def build_app(settings: Settings) -> tuple[faust.App, EpisodeWorker]:
     app.task(process_batches)
 
     async def tick() -> None:
+        health.beat("episode-ticks")
         tune_fetcher(app)
-        if not settled():
+        ready = settled()
+        health.ready("episodes", ready, "rebalancing, or recovering the table from its changelog")
+        if not ready:
             return
         try:
             await worker.sync_assignment(assigned())
@@ -288,11 +295,15 @@ def tune_fetcher(app: Any) -> bool:
     return True
 
 
-def run_worker(settings: Settings) -> int:
+def run_worker(settings: Settings, health: Health | None = None, grace: Grace | None = None) -> int:
+    """Run the app until SIGTERM or SIGINT (Faust's worker stops it: commits what was acknowledged, leaves
+    the group, closes the tables); `grace` bounds how long that stop may take, and `health` hears that
+    the worker is stopping."""
     from streams.profiling import profile_from_env
 
     profile_from_env()
-    app, _worker = build_app(settings)
+    probes = health if health is not None else Health()
+    app, _worker = build_app(settings, probes)
     log.info(
         "streams worker %s: app %s on %s, data %s",
         settings.instance,
@@ -302,5 +313,14 @@ def run_worker(settings: Settings) -> int:
     )
     from mode import Worker
 
-    Worker(app, loglevel="INFO", quiet=True, redirect_stdouts=False).execute_from_commandline()
+    class GracefulWorker(Worker):
+        """mode's worker, whose own signal handlers start the stop: also arm the grace period."""
+
+        def _schedule_shutdown(self, signal: Any) -> None:
+            probes.stopping()
+            if grace is not None:
+                grace.start()
+            super()._schedule_shutdown(signal)
+
+    GracefulWorker(app, loglevel="INFO", quiet=True, redirect_stdouts=False).execute_from_commandline()
     return 0

@@ -34,6 +34,7 @@ from schemas.topics import topic_name
 from streams.kafka.reader import assign_all, decoded, read_to_end
 from streams.kafka.serving import METADATA_MAX_AGE_MS, connected, poll
 from streams.kafka.topics import ensure_topics
+from streams.lifecycle import Health
 
 log = logging.getLogger(__name__)
 SEND_TIMEOUT_S = 60.0
@@ -90,6 +91,7 @@ class GuardProcess:
         self.alerts = alerts
         self.say = say
         self.stopping = threading.Event()
+        self.health = Health()  # ready once its own records are read back; beats once per poll
         self.codec = default_codec()
         self.written: dict[str, int] = {}  # base topic -> records written by this process
         run = settings.run_id
@@ -102,8 +104,10 @@ class GuardProcess:
         from streams.kafka import clients
 
         settings = self.settings
+        self.health.ready("guard", False, f"waiting for Kafka at {settings.bootstrap}")
         if not connected(settings.bootstrap, self.stopping, self.say):
             return 1
+        self.health.ready("guard", False, "reading its own records back")
         ensure_topics(settings.bootstrap, settings.run_id)
         own = [t.of(settings.run_id) for t in OWN_TOPICS]
         for topic, value in read_to_end(settings.bootstrap, own):
@@ -122,7 +126,9 @@ class GuardProcess:
         producer = clients.producer(settings.bootstrap)
         try:
             assign_all(consumer, list(self._base))
+            self.health.ready("guard")
             while not self.stopping.is_set():
+                self.health.beat("guard")
                 for records in poll(consumer, settings.poll_timeout_ms, self.stopping).values():
                     for topic, value in decoded(records):
                         self._observe(producer, self.base(topic), value)

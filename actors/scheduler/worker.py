@@ -38,6 +38,7 @@ from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
 from streams.kafka.reader import assign_all, decoded, read_to_end
 from streams.kafka.serving import METADATA_MAX_AGE_MS, connected, poll
 from streams.kafka.topics import ensure_topics
+from streams.lifecycle import Health
 from streams.telemetry import tracing
 from streams.telemetry.attributes import record_attributes
 
@@ -71,6 +72,7 @@ class SchedulerProcess:
         self.say = say
         self.state = SchedulerState()
         self.stopping = threading.Event()
+        self.health = Health()  # ready once the state is rebuilt; beats once per round
         run = settings.target.run_id
         self.topics = {
             topic: topic.of(run) for topic in (TASKS, EPISODE_COMMANDS, *TRAJECTORIES, RUN_CONTROL)
@@ -100,8 +102,10 @@ class SchedulerProcess:
         from streams.kafka import clients
 
         settings, target = self.settings, self.settings.target
+        self.health.ready("scheduler", False, f"waiting for Kafka at {settings.bootstrap}")
         if not connected(settings.bootstrap, self.stopping, self.say):
             return 1
+        self.health.ready("scheduler", False, "reading the run back")
         ensure_topics(settings.bootstrap, target.run_id)
         self.rebuild()
         self.say(f"{progress(self.state, target)} (read back; {len(self.state.tasks)} tasks)")
@@ -121,6 +125,7 @@ class SchedulerProcess:
             # Everything up to now was read by `rebuild`; following from the beginning again is harmless
             # (every observation is idempotent) and cannot miss what arrived in between.
             assign_all(consumer, follow)
+            self.health.ready("scheduler")
             return self._loop(consumer, producer)
         finally:
             consumer.close()
@@ -133,6 +138,7 @@ class SchedulerProcess:
         last = ""
         was_paused = False
         while not self.stopping.is_set():
+            self.health.beat("scheduler")
             if (notice := pause_notice(was_paused, self.state, target)) is not None:
                 self.say(f"scheduler {target.run_id}: {notice}")  # once per pause, once per resume
                 was_paused = self.state.paused
@@ -179,4 +185,5 @@ class SchedulerProcess:
             except KafkaTimeoutError:
                 if sent.is_done:  # given up by the producer: nothing to wait for
                     raise
+                self.health.beat("scheduler")  # waiting for the broker: turning, not stuck
                 self.say("Kafka has not acknowledged a StartEpisode yet; still waiting")

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 from rich_argparse import ArgumentDefaultsRichHelpFormatter, RawDescriptionRichHelpFormatter
 
 from streams.errors import StackError
+from streams.lifecycle import DEFAULT_GRACE_S, DEFAULT_LIVENESS_S, Grace, Health, HealthServer
 
 if TYPE_CHECKING:
     from actors.tasks.reward_config import RewardConfig
@@ -282,6 +283,102 @@ def stop_on_signals(stopping: threading.Event | None = None) -> Iterator[threadi
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def add_lifecycle(parser: argparse.ArgumentParser) -> None:
+    """What an orchestrator needs of a long-lived worker (`streams.lifecycle`): probes, the liveness bound,
+    the grace period of a stop. Every `trialog worker` command has them."""
+    parser.add_argument(
+        "--health-port",
+        type=port,
+        metavar="PORT",
+        help="serve GET /healthz (liveness) and /readyz (readiness) on --health-host:PORT (default: off; "
+        "0: any free port, logged)",
+    )
+    parser.add_argument(
+        "--health-host",
+        default="127.0.0.1",
+        metavar="HOST",
+        help="the address the health endpoints listen on (in a container: 0.0.0.0, for the kubelet)",
+    )
+    parser.add_argument(
+        "--liveness-s", type=positive_seconds, default=DEFAULT_LIVENESS_S, metavar="S",
+        help="/healthz fails once the worker's loop has not turned for this long (while it answers a "
+        "request: for as long as its consumer group allows one)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--grace-s", type=positive_seconds, default=DEFAULT_GRACE_S, metavar="S",
+        help="on SIGTERM or SIGINT take no new work, finish the work in hand and exit 0; still running "
+        "after this, exit 0 at once, the unfinished work uncommitted (Kafka redelivers it). Keep it below "
+        "the orchestrator's own (Kubernetes: terminationGracePeriodSeconds, 30 by default)",
+    )  # fmt: skip
+
+
+def health_of(args: argparse.Namespace, health: Health | None = None) -> Health:
+    """`health` (a loop's own, which its loop feeds) or a new one, judged by `--liveness-s`."""
+    health = health if health is not None else Health()
+    health.liveness_s = args.liveness_s
+    return health
+
+
+@contextmanager
+def health_endpoints(args: argparse.Namespace, health: Health) -> Iterator[None]:
+    """/healthz and /readyz of `health` while the block runs, when `--health-port` asks for them."""
+    if args.health_port is None:
+        yield
+        return
+    try:
+        server = HealthServer(health, args.health_host, args.health_port).start()
+    except OSError as exc:  # a taken port or an address not on this host: said before any work starts
+        raise StackError(
+            f"cannot serve health on {args.health_host}:{args.health_port}: {exc}",
+            "pick another --health-port or --health-host",
+        ) from None
+    print(f"health on http://{server.host}:{server.port}/healthz and /readyz", file=sys.stderr, flush=True)
+    try:
+        yield
+    finally:
+        server.close()
+
+
+def grace_of(args: argparse.Namespace) -> Grace:
+    """The grace period `--grace-s` of a worker's stop (exit 0 when it runs out)."""
+    return Grace(args.grace_s, EXIT_OK, say=lambda line: print(line, file=sys.stderr, flush=True))
+
+
+@contextmanager
+def graceful_stop(
+    args: argparse.Namespace, stopping: threading.Event | None = None, health: Health | None = None
+) -> Iterator[threading.Event]:
+    """`stop_on_signals` for a worker: the signal also marks it not ready (`health`) and starts its grace
+    period (`--grace-s`), after which the process exits 0 whatever it is doing (`streams.lifecycle.Grace`).
+    The period is not cancelled when the block ends: the clean-up after it (closing sandboxes, a last
+    checkpoint) is bounded too."""
+    event = stopping if stopping is not None else threading.Event()
+    grace = grace_of(args)
+
+    def stop(*_: object) -> None:
+        if health is not None:
+            health.stopping()
+        grace.start()
+        event.set()
+
+    previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield event
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+@contextmanager
+def worker_lifetime(
+    args: argparse.Namespace, stopping: threading.Event | None = None, health: Health | None = None
+) -> Iterator[threading.Event]:
+    """A worker's loop runs in this block: health endpoints served, a graceful stop on SIGTERM/SIGINT."""
+    health = health_of(args, health)
+    with health_endpoints(args, health), graceful_stop(args, stopping, health) as event:
+        yield event
 
 
 def worker_logging(*quiet: str) -> None:

@@ -14,6 +14,7 @@ from ops.cli import (
     alerts,
     audit,
     bundle,
+    config,
     demo,
     kit,
     model,
@@ -45,6 +46,7 @@ COMMAND_GROUPS: tuple[Callable[[kit.Subparsers], None], ...] = (
     objects.register,
     bundle.register,
     quarantine.register,
+    config.register,
 )
 # The worker process kinds under `trialog worker`, added the same way.
 WORKER_GROUPS: tuple[Callable[[kit.Subparsers], None], ...] = (
@@ -149,6 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument("--version", action="version", version=f"trialog {kit.trialog_version()}")
+    config.add_option(parser)
     sub = kit.subcommands(parser, "command")
 
     kit.command(
@@ -201,8 +204,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser()
+    try:  # the file's and the environment's values become the options' defaults (ops.cli.config)
+        config.configure(parser, words)
+    except config.ConfigError as exc:
+        return kit.report_error("trialog", exc, as_json=kit.wants_json(words))
     try:
-        args = build_parser().parse_args(words)
+        args = parser.parse_args(words)
     except kit.UsageError as exc:
         # argparse has said it on stderr; a `--json` caller reads stdout, so it gets the same as one object.
         if kit.wants_json(words):

@@ -39,6 +39,7 @@ from schemas.origin import Origin
 from schemas.record import Record
 from schemas.topics import DEADLETTER, Topic
 from streams.kafka.serving import SEND_TIMEOUT_S, LoopSettings, dead_letter, serve_requests, trace_headers
+from streams.lifecycle import Health
 from streams.telemetry import tracing
 
 # The loop's settings are part of its API (the workers' command lines build them beside the loop).
@@ -102,13 +103,16 @@ class RequestLoop(Generic[Req]):
         self.results_topic = route.results.of(settings.run)
         self.deadletter_topic = DEADLETTER.of(settings.run)
         self.stopping = threading.Event()
+        self.health = Health()  # a worker with several loops gives them one (as with `stopping`)
         # A poll's requests (decoded, to annotate their spans) and answers, computed together.
         self._ahead: dict[tuple[str, int, int], tuple[Req | Refused, Outcome]] = {}
 
     def run(self) -> None:
         # One request per poll unless the handler batches: a slow one must not hold others back.
         prepare = self.answer_ahead if self.handle_batch is not None else None
-        serve_requests(self.settings, self.requests_topic, self.serve, self.stopping, prepare=prepare)
+        serve_requests(
+            self.settings, self.requests_topic, self.serve, self.stopping, prepare=prepare, health=self.health
+        )
 
     def answer_ahead(self, records: Sequence[Any]) -> None:
         """Answer a poll's records together (batched generation); `serve` then sends each in order."""

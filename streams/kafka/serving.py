@@ -26,6 +26,7 @@ from kafka.structs import OffsetAndMetadata
 from schemas.codec import Codec
 from schemas.deadletter import DeadLetter
 from schemas.origin import Origin
+from streams.lifecycle import Health
 from streams.telemetry import metrics, tracing
 
 log = logging.getLogger(__name__)
@@ -128,11 +129,16 @@ def serve_requests(
     say: Callable[[str], None] | None = None,
     *,
     prepare: Callable[[Sequence[Any]], None] | None = None,
+    health: Health | None = None,
 ) -> None:
     """Call `serve(record, producer)` for each record of `topic` (a full name), one at a time, committing
     each after it is served, until `stopping` is set. At least once: a crash before the commit serves it
     again. `prepare`, when given, first sees all the records of each poll (up to `settings.max_batch`) to
-    answer them together; without it a poll takes one record."""
+    answer them together; without it a poll takes one record. `health` hears the loop turn (a beat per
+    poll; before a record, one that allows `max_poll_interval_ms`, the longest a record may take) and is
+    told `topic` is ready once the consumer is subscribed."""
+    health = health or Health()
+    health.ready(topic, False, f"waiting for Kafka at {settings.bootstrap} and the partitions of {topic}")
     from streams.kafka import clients
 
     if not connected(settings.bootstrap, stopping, say):
@@ -153,17 +159,28 @@ def serve_requests(
         consumer.close()
         return
     producer = clients.producer(settings.bootstrap)
+
+    longest_s = settings.max_poll_interval_ms / 1000  # what the group itself allows one poll's work
+
+    def served(record: Any) -> None:
+        health.beat(topic, within_s=longest_s)
+        serve(record, producer)
+        health.beat(topic)
+
     try:
+        health.ready(topic)
         while not stopping.is_set():
+            health.beat(topic)
             polled = poll(consumer, settings.poll_timeout_ms, stopping)
             if prepare is not None and polled and settings.batch_linger_ms > 0:
                 polled = lingered(consumer, polled, settings, stopping)
             if prepare is not None and polled:
+                health.beat(topic, within_s=longest_s)
                 try:
                     prepare([record for records in polled.values() for record in records])
                 except Exception:  # `serve` answers each record alone instead
                     log.exception("answering a poll's %d records together failed", len(polled))
-            serve_in_order(consumer, polled, lambda record: serve(record, producer), stopping)
+            serve_in_order(consumer, polled, served, stopping)
     finally:
         consumer.close()
         producer.close()

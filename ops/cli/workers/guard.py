@@ -44,6 +44,7 @@ def register(workers: kit.Subparsers) -> None:
     kit.add_run(command)
     kit.add_instance(command)
     kit.add_telemetry(command)
+    kit.add_lifecycle(command)
 
 
 def _cmd_worker_guard(args: argparse.Namespace) -> int:
@@ -84,7 +85,9 @@ def _cmd_worker_guard(args: argparse.Namespace) -> int:
     bootstrap = kit.bootstrap_of(args)
     kit.worker_logging()
     start_telemetry(kit.telemetry_of(args, "trialog-guard"))
-    with kit.stop_on_signals() as stopping:
+    health = kit.health_of(args)
+    with kit.worker_lifetime(args, health=health) as stopping:
+        health.ready("guard", False, f"waiting for Kafka at {bootstrap}")
         if not connected(bootstrap, stopping, say):  # the alert engine reads the run's alerts first
             return 1
         hook = EngineHook.for_run(
@@ -97,6 +100,7 @@ def _cmd_worker_guard(args: argparse.Namespace) -> int:
                 alerts=hook,
             )  # fmt: skip
             process.stopping = stopping
+            process.health = health
             return process.run()
         finally:
             hook.close()

@@ -16,6 +16,7 @@ from pathlib import Path
 from learner.defaults import DEFAULT_RANK, DEFAULT_TARGETS, IDLE_CHECKPOINT_S, PROMPT_ENCODERS
 from ops.cli import kit
 from streams.errors import StackError
+from streams.lifecycle import Health
 
 
 def register(workers: kit.Subparsers) -> None:
@@ -115,6 +116,7 @@ def register(workers: kit.Subparsers) -> None:
     add("--device", default="auto", help="cpu, cuda, cuda:N or auto (a GPU when there is one)")
     kit.add_instance(command)
     kit.add_telemetry(command)
+    kit.add_lifecycle(command)
 
 
 def device_of(name: str) -> str:
@@ -126,6 +128,12 @@ def device_of(name: str) -> str:
 
 
 def _cmd_worker_learner(args: argparse.Namespace) -> int:
+    health = kit.health_of(args)
+    with kit.health_endpoints(args, health):  # alive (starting) while the model loads, not ready
+        return _train(args, health)
+
+
+def _train(args: argparse.Namespace, health: Health) -> int:
     import torch
 
     from learner.kafka_io import KafkaAnnouncer, KafkaControlFeed, KafkaFeed, KafkaProgressFeed
@@ -176,9 +184,9 @@ def _cmd_worker_learner(args: argparse.Namespace) -> int:
     where = "resumed at version " if resumed else "starting at version "
     say(f"learner {args.instance}: {feed.topic} on {bootstrap}, {where}{learner.state.version}")
     try:
-        with kit.stop_on_signals() as stopping:
+        with kit.graceful_stop(args, health=health) as stopping:
             run(learner, feed, SystemClock(), stopping, idle_checkpoint_s=args.idle_checkpoint_s,
-                control=control, progress=progress)  # fmt: skip
+                control=control, progress=progress, health=health)  # fmt: skip
     finally:
         control.close()
         if progress is not None:

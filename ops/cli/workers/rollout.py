@@ -23,6 +23,7 @@ from streams.errors import StackError
 if TYPE_CHECKING:
     from actors.rollout.policy import Policy
     from actors.rollout.weights import WeightsTarget, WeightsWatcher
+    from streams.lifecycle import Health
 
 POLICIES = ("scripted", "random", "llm")
 BACKENDS = ("torch", "vllm")
@@ -58,6 +59,7 @@ def register(workers: kit.Subparsers) -> None:
     kit.add_group(command, "rollout")
     kit.add_instance(command)
     kit.add_telemetry(command)
+    kit.add_lifecycle(command)
 
 
 def add_llm_arguments(command: argparse.ArgumentParser) -> None:
@@ -211,6 +213,12 @@ def _weights_target(args: argparse.Namespace, policy: Policy) -> WeightsTarget:
 
 
 def _cmd_worker_rollout(args: argparse.Namespace) -> int:
+    health = kit.health_of(args)
+    with kit.health_endpoints(args, health):  # alive (starting) while the model loads, not ready
+        return _serve_rollout(args, health)
+
+
+def _serve_rollout(args: argparse.Namespace, health: Health) -> int:
     from actors.rollout.vllm_backend import BackendUnavailable
     from actors.rollout.worker import ROUTE, RolloutWorker
     from actors.tasks.spec import TaskError
@@ -231,10 +239,11 @@ def _cmd_worker_rollout(args: argparse.Namespace) -> int:
         bootstrap, group, args.run, max_batch=args.batch, batch_linger_ms=args.batch_linger_ms
     )
     loop = RequestLoop(ROUTE, worker.handle, settings, origin, handle_batch=worker.handle_batch)
+    loop.health = health
     kit.worker_logging()
     where = f"{loop.requests_topic} on {bootstrap}, group {group}"
     say(f"rollout worker {args.instance} ({policy.name}): {where}")
     start_telemetry(kit.telemetry_of(args, "trialog-rollout"))
-    with kit.stop_on_signals(loop.stopping):
+    with kit.graceful_stop(args, loop.stopping, health):
         loop.run()
     return kit.EXIT_OK

@@ -90,6 +90,7 @@ def register(subparsers: kit.Subparsers) -> None:
     kit.add_instance(command)
     add_cleanup(command)
     kit.add_telemetry(command)
+    kit.add_lifecycle(command)
 
 
 def _cmd_worker_sandbox(args: argparse.Namespace) -> int:
@@ -128,7 +129,7 @@ def _cmd_worker_sandbox(args: argparse.Namespace) -> int:
         kit.worker_logging()
         say(f"sandbox worker {args.instance}: {loop.requests_topic} on {bootstrap}, group {group}")
         try:
-            with cleanup(client, args), kit.stop_on_signals(loop.stopping):
+            with cleanup(client, args), kit.worker_lifetime(args, loop.stopping, loop.health):
                 ends.start()
                 loop.run()
         finally:

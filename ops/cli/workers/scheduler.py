@@ -81,6 +81,7 @@ def register(workers: kit.Subparsers) -> None:
     kit.add_bootstrap(command)
     kit.add_instance(command)
     kit.add_telemetry(command)
+    kit.add_lifecycle(command)
 
 
 def target_of(args: argparse.Namespace, run: str) -> Target:
@@ -100,13 +101,17 @@ def target_of(args: argparse.Namespace, run: str) -> Target:
     )
 
 
-def run_scheduler(settings: SchedulerSettings, instance: str) -> int:
-    """The scheduler in this process until its episodes have ended (0) or SIGTERM/SIGINT stop it (1)."""
+def run_scheduler(settings: SchedulerSettings, instance: str, args: argparse.Namespace | None = None) -> int:
+    """The scheduler in this process until its episodes have ended (0) or SIGTERM/SIGINT stop it (1);
+    with a worker's `args`, its health endpoints and grace period too (`kit.add_lifecycle`)."""
     from actors.scheduler.worker import SchedulerProcess
     from schemas.origin import Origin
 
     process = SchedulerProcess(settings, Origin.system("scheduler", instance))
-    with kit.stop_on_signals(process.stopping):
+    if args is None:  # inside `run start`, which has no probes
+        with kit.stop_on_signals(process.stopping):
+            return process.run()
+    with kit.worker_lifetime(args, process.stopping, process.health):
         return process.run()
 
 
@@ -117,4 +122,4 @@ def _cmd_worker_scheduler(args: argparse.Namespace) -> int:
     target = target_of(args, args.run)
     settings = SchedulerSettings(kit.bootstrap_of(args), target)
     start_telemetry(kit.telemetry_of(args, "trialog-scheduler"))
-    return run_scheduler(settings, args.instance)
+    return run_scheduler(settings, args.instance, args)

@@ -64,6 +64,7 @@ def register(workers: kit.Subparsers) -> None:
         "that changed the workspace); the untouched workspace is graded too when on",
     )  # fmt: skip
     kit.add_telemetry(command)
+    kit.add_lifecycle(command)
 
 
 def _step_grading(text: str) -> StepGrading:
@@ -87,21 +88,26 @@ def _cmd_worker_streams(args: argparse.Namespace) -> int:
     bootstrap = kit.bootstrap_of(args)
     data_dir = args.data_dir or str(Paths.from_env().component("streams") / f"data-{args.instance}")
     sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens)
-    with kit.stop_on_signals() as stopping:
-        if not connected(bootstrap, stopping, say):
-            return kit.EXIT_INTERRUPTED  # stopped while waiting for Kafka
-        if not await_run_topics(bootstrap, args.run, stopping, say):
-            return kit.EXIT_INTERRUPTED
-    settings = Settings(
-        bootstrap,
-        args.run,
-        data_dir,
-        args.instance,
-        args.standby_replicas,
-        sampling,
-        args.grade_steps,
-        cluster_durability(bootstrap),
-    )
-    start_telemetry(kit.telemetry_of(args, "trialog-streams"))
-    kit.worker_logging("faust", "aiokafka")
-    return run_worker(settings)
+    health = kit.health_of(args)
+    with kit.health_endpoints(args, health):
+        with kit.graceful_stop(args, health=health) as stopping:
+            health.ready("episodes", False, f"waiting for Kafka at {bootstrap}")
+            if not connected(bootstrap, stopping, say):
+                return kit.EXIT_INTERRUPTED  # stopped while waiting for Kafka
+            health.ready("episodes", False, f"waiting for the topics of run {args.run or '(default)'}")
+            if not await_run_topics(bootstrap, args.run, stopping, say):
+                return kit.EXIT_INTERRUPTED
+        settings = Settings(
+            bootstrap,
+            args.run,
+            data_dir,
+            args.instance,
+            args.standby_replicas,
+            sampling,
+            args.grade_steps,
+            cluster_durability(bootstrap),
+        )
+        start_telemetry(kit.telemetry_of(args, "trialog-streams"))
+        kit.worker_logging("faust", "aiokafka")
+        # Faust's worker handles SIGTERM itself from here; the grace period bounds its stop.
+        return run_worker(settings, health, kit.grace_of(args))

@@ -85,6 +85,7 @@ def register(workers: kit.Subparsers) -> None:
     )  # fmt: skip
     add_cleanup(command)
     kit.add_telemetry(command)
+    kit.add_lifecycle(command)
 
 
 def _judge(model_dir: Path) -> Judge:
@@ -184,7 +185,8 @@ def _cmd_worker_verifier(args: argparse.Namespace) -> int:
         loop = RequestLoop(ROUTE, worker.handle, settings, origin)
         canary_settings = LoopSettings(bootstrap, f"{group}-canary", args.run, max_poll_interval_ms=poll_ms)
         canaries = RequestLoop(CANARY_ROUTE, worker.handle_canary, canary_settings, origin)
-        canaries.stopping = loop.stopping  # one stop for every loop
+        canaries.stopping = loop.stopping  # one stop for every loop, one health
+        canaries.health = loop.health
         # Intermediate workspaces (process rewards), in a thread and a consumer group of their own: a burst
         # of them never queues ahead of a final grade (they share the machine's cores, which the
         # process-reward benchmark measures).
@@ -193,13 +195,14 @@ def _cmd_worker_verifier(args: argparse.Namespace) -> int:
         )
         progress = RequestLoop(PROGRESS_ROUTE, worker.handle_progress, progress_settings, origin)
         progress.stopping = loop.stopping
+        progress.health = loop.health
         kit.worker_logging()
         where = f"{loop.requests_topic} and {canaries.requests_topic} on {bootstrap}, group {group}"
         faulty = "" if fault is None else f", FAULT INJECTED: {fault.value}"
         say(f"verifier {args.instance} ({len(tasks.ids)} tasks, version {version[:12]}, reward "
             f"configuration {reward.version[:12]}{faulty}): {where}")  # fmt: skip
         start_telemetry(kit.telemetry_of(args, "trialog-verifier"))
-        with cleanup(client, args), kit.stop_on_signals(loop.stopping):
+        with cleanup(client, args), kit.worker_lifetime(args, loop.stopping, loop.health):
             beside = threading.Thread(target=canaries.run, name="canaries", daemon=True)
             beside.start()
             grading_steps = threading.Thread(target=_niced(progress.run), name="progress", daemon=True)
