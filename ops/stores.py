@@ -55,11 +55,13 @@ def open_objects(given: StoreLocation | None = None, paths: Paths | None = None)
     return store
 
 
-def local_only(store: ObjectStores, what: str) -> LocalObjectStore:
-    """`store` when it is a folder; a `StackError` saying that `what` works on folders only otherwise."""
-    if isinstance(store, LocalObjectStore):
-        return store
-    raise StackError(
-        f"{what} works on a local object store folder only, not on {store.settings.url}",
-        "name a folder with --objects DIR (see docs/object-store.md on cleaning an S3 bucket)",
-    )
+def local_folder(given: StoreLocation | None, what: str, paths: Paths | None = None) -> LocalObjectStore:
+    """The folder store at `given` (else the stack's); a `StackError` saying that `what` works on folders
+    only when the location is a bucket, before any request to it."""
+    location = location_of(given, paths)
+    if location.folder is None:
+        raise StackError(
+            f"{what} works on a local object store folder only, not on {location}",
+            "name a folder with --objects DIR (docs/object-store.md: cleaning up an S3 store)",
+        )
+    return LocalObjectStore(location.folder)

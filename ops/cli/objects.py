@@ -11,7 +11,7 @@ import argparse
 import json
 
 from ops.cli import kit
-from ops.cli.run_log_args import add_log_options, kafka_of, objects_of
+from ops.cli.run_log_args import add_log_options, kafka_of
 from ops.log_defaults import DEFAULT_GC_GRACE_HOURS, DEFAULT_GC_WINDOW_DAYS
 from streams.errors import StackError
 
@@ -63,12 +63,12 @@ def _cmd_gc(args: argparse.Namespace) -> int:
     from kafka.errors import KafkaError
 
     from ops.objects_gc import BlobFolder, collect_garbage, kafka_source
-    from ops.stores import local_only
+    from ops.stores import local_folder
     from streams.kafka.reader import ReadError
 
     # The clean-up keeps blobs by their modification time (refreshed whenever a writer reuses one), which
     # only a folder has: an S3 store is refused (docs/object-store.md says why and what to do instead).
-    store = local_only(objects_of(args), "trialog objects gc")
+    store = local_folder(args.objects, "trialog objects gc")
     if not store.root.is_dir():
         raise StackError(f"no object store at {store.root}", "name it with --objects DIR")
     bootstrap = kafka_of(args)

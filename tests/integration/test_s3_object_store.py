@@ -182,18 +182,24 @@ def test_a_store_that_cannot_be_used_stops_a_worker_at_once_with_the_fix(
     assert isinstance(open_objects(StoreLocation(bucket=BUCKET)), S3ObjectStore)
 
 
-def test_the_environment_sends_a_command_to_the_bucket_and_gc_refuses_it(s3_env: dict[str, str]) -> None:
-    """`TRIALOG_OBJECT_STORE` reaches the CLI: `objects gc` opens (and checks) the S3 store, then says
-    that its clean-up works on folders only; with a missing bucket it says that first."""
-    env = {**os.environ, **s3_env, OBJECT_STORE_ENV: f"s3://{BUCKET}/gc"}
-    argv = [sys.executable, "-m", "ops.cli", "objects", "gc", "--json"]
-    done = subprocess.run(
-        argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120, check=False
-    )
+def test_the_environment_sends_a_command_to_the_bucket(s3_env: dict[str, str], tmp_path: Path) -> None:
+    """`TRIALOG_OBJECT_STORE` reaches the CLI: `bundle` opens (and asks) the store before Kafka, so a
+    missing bucket is what it reports, and with the bucket there it gets as far as Kafka; `objects gc`
+    refuses a bucket outright."""
+    env = {**os.environ, **s3_env, OBJECT_STORE_ENV: "s3://no-such-bucket"}
+
+    def trialog(*words: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "ops.cli", *words, "--json"]
+        return subprocess.run(
+            argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120, check=False
+        )
+
+    nowhere = ["--bootstrap", f"127.0.0.1:{process.free_port()}", "--timeout", "2"]  # no broker there
+    done = trialog("bundle", "r1", str(tmp_path / "bundle"), *nowhere)
+    assert done.returncode == 2 and "bucket 'no-such-bucket' does not exist" in done.stdout, done.stdout
+    env[OBJECT_STORE_ENV] = f"s3://{BUCKET}/bundle"
+    done = trialog("bundle", "r1", str(tmp_path / "bundle"), *nowhere)
+    assert done.returncode == 2 and "Kafka" in done.stdout and "bucket" not in done.stdout, done.stdout
+    done = trialog("objects", "gc", *nowhere)
     assert done.returncode == 2, done.stderr
-    assert f"works on a local object store folder only, not on s3://{BUCKET}/gc" in done.stdout
-    env[OBJECT_STORE_ENV] = "s3://no-such-bucket"
-    done = subprocess.run(
-        argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120, check=False
-    )
-    assert done.returncode == 2 and "does not exist" in done.stdout, done.stdout + done.stderr
+    assert f"works on a local object store folder only, not on s3://{BUCKET}/bundle" in done.stdout
