@@ -15,7 +15,7 @@ from typing import Protocol
 import torch
 from safetensors.torch import save as safetensors_save
 
-from schemas.blobs import OCTET_STREAM, BlobRef, LocalObjectStore, ObjectStore
+from schemas.blobs import OCTET_STREAM, BlobRef, Locating, ObjectStore
 from schemas.origin import Origin
 from schemas.publications import PolicyPublished
 
@@ -50,9 +50,9 @@ def weights_bytes(tensors: Mapping[str, torch.Tensor]) -> bytes:
 
 
 def blob_uri(store: ObjectStore, ref: BlobRef) -> str:
-    """Where the blob is: its file in a local store, else a content address."""
-    if isinstance(store, LocalObjectStore):
-        return (store.root / ref.sha256[:2] / ref.sha256).as_uri()
+    """Where the blob is: its file in a local store, its key in an S3 one, else a content address."""
+    if isinstance(store, Locating):
+        return store.uri_of(ref)
     return f"sha256:{ref.sha256}"
 
 

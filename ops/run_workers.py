@@ -1,7 +1,7 @@
 """The worker processes of a run on this machine: the command line of each kind (exactly what `trialog run
 start --spawn`, the demo and the integration tests start), and a supervisor that starts, kills and stops
 them. Each worker runs `python -m ops.cli worker KIND --run RUN --bootstrap ...` in its own consumer group
-`<run>.trialog-<kind>`, sandbox and verifier on the stack's object store, logs under
+`<run>.trialog-<kind>`, sandbox and verifier on the stack's object store (`ops.stores`), logs under
 `$TRIALOG_HOME/runs/<run>/`."""
 
 from __future__ import annotations
@@ -17,11 +17,13 @@ from typing import TYPE_CHECKING
 
 from ops.console import say
 from ops.paths import REPO_ROOT, Paths
+from ops.stores import location_of
 from ops.telemetry import config as telemetry_config
 from streams.errors import StackError
 
 if TYPE_CHECKING:
     from ops.telemetry.config import TelemetryConfig
+    from schemas.object_stores import StoreLocation
 
 WORKER_KINDS = ("streams", "sandbox", "rollout", "verifier", "guard")
 STOP_GRACE_S = 30.0
@@ -41,6 +43,7 @@ def worker_commands(
     reward_config: Path | None = None,
     grade_steps: str = "off",
     static_signals: bool = False,
+    objects: StoreLocation | None = None,
 ) -> dict[str, list[str]]:
     """The command line of each worker kind for `run` (one process each); `rollout_args` are more
     options of the rollout worker (the model, a pinned policy version); with `telemetry`, each traces
@@ -54,10 +57,13 @@ def worker_commands(
     run pinned by `run start` has its learner wait for the canaries' clearance). `reward_config`: the
     verifier composes rewards with that file (`actors.tasks.reward_config`; default: the brief's rule).
     `grade_steps`: the streams worker's step grading (`streams.step_grading`; process rewards).
-    `static_signals`: the verifier also measures the lint and type findings a change adds."""
+    `static_signals`: the verifier also measures the lint and type findings a change adds. `objects`: the
+    run's object store, named on every command line that uses one (default: the stack's, `ops.stores`:
+    `$TRIALOG_OBJECT_STORE`, else `paths.objects`)."""
     base = [sys.executable, "-m", "ops.cli", "worker"]
     common = ["--run", run, "--bootstrap", bootstrap]
     home = paths.component("runs") / (run or "default")
+    store = str(location_of(objects, paths))
     folders = [arg for folder in tasks for arg in ("--tasks", str(folder))]
     rollout = ["--policy", policy, *rollout_args]
     if policy == "scripted":
@@ -68,17 +74,17 @@ def worker_commands(
         ],
         "sandbox": [
             *base, "sandbox", *common, "--group", f"{run}.trialog-sandbox",
-            "--objects", str(paths.objects), "--state", str(home / "sandbox-steps"),
+            "--objects", store, "--state", str(home / "sandbox-steps"),
         ],
         "rollout": [*base, "rollout", *common, "--group", f"{run}.trialog-rollout", *rollout],
         "verifier": [
             *base, "verifier", *common, "--group", f"{run}.trialog-verifier",
-            *folders, "--objects", str(paths.objects),
+            *folders, "--objects", store,
             *(["--reward-config", str(reward_config)] if reward_config is not None else []),
             *(["--static-signals"] if static_signals else []),
         ],
         # Grades nothing itself: asks the verifiers for canaries, watches the grades (actors.guard).
-        "guard": [*base, "guard", *common, *folders, "--objects", str(paths.objects)],
+        "guard": [*base, "guard", *common, *folders, "--objects", store],
     }  # fmt: skip
     if not guard:
         del commands["guard"]

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # `make test`: every set-up step the suite needs (each timed), then ruff, mypy and pytest (unit and
-# integration, against real Docker, Kafka and Jaeger started by the fixtures).
+# integration, against real Docker, Kafka, Jaeger and an S3 server (SeaweedFS) started by the fixtures).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source ops/timed.sh
 
 timed "Python environment" bash ops/bootstrap.sh
-timed "stack parts: Docker engine, images, Kafka jars, Jaeger" .venv/bin/trialog prepare
+timed "stack parts: Docker engine, images, Kafka jars, Jaeger, SeaweedFS" .venv/bin/trialog prepare
 # The real project the synthesis test uses: its sdist from PyPI into the cache (tests reach loopback only).
 timed "synthesis sdist toolz==1.2.0 (PyPI once, then cached)" .venv/bin/trialog tasks synthesize \
   --project toolz==1.2.0 --fetch-only

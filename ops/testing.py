@@ -2,7 +2,8 @@
 
 `KafkaContainer` runs Kafka in a container on a free loopback port with host networking: the image is built
 locally (ops/images/kafka), the broker jars come from the cache and the host's Java runtime is mounted
-read-only, so nothing is pulled. `JaegerProcess` runs the cached Jaeger binary on free loopback ports.
+read-only, so nothing is pulled. `JaegerProcess` runs the cached Jaeger binary on free loopback ports, and
+`SeaweedProcess` the cached SeaweedFS binary as an S3 server with one bucket.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from types import TracebackType
 
 from ops import process
 from ops.paths import Paths
-from ops.stack import docker_engine, images, jaeger, kafka
+from ops.stack import docker_engine, images, jaeger, kafka, seaweedfs
 from ops.stack.java import host_paths_of_runtime, java_home
 from streams.errors import StackError
 
@@ -209,6 +210,30 @@ class JaegerProcess:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         jaeger.stop(Paths(home=self.home, cache=self.paths.cache))
+
+
+@dataclass
+class SeaweedProcess:
+    """The cached SeaweedFS binary as an S3 server on free loopback ports with one empty `bucket`, its data
+    under `$TRIALOG_HOME/test-seaweedfs/<id>`: stopped and deleted on exit."""
+
+    paths: Paths
+    bucket: str = "trialog-test"
+    server: seaweedfs.SeaweedServer = field(init=False)
+
+    def __enter__(self) -> seaweedfs.SeaweedServer:
+        home = self.paths.component("test-seaweedfs") / uuid.uuid4().hex[:8]
+        try:
+            self.server = seaweedfs.start(self.paths, home, seaweedfs.SeaweedPorts.free(), self.bucket)
+        except StackError:
+            shutil.rmtree(home, ignore_errors=True)
+            raise
+        return self.server
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        seaweedfs.remove(self.server)
 
 
 class LoopbackListener:

@@ -2,7 +2,8 @@
 
 A payload under the inline cap travels inside the record; a larger one is put in the object store and the
 record carries its sha256 and size. The store is an interface; a local folder is the default, and an
-S3-compatible store only has to implement the same three methods.
+S3-compatible bucket (`schemas.s3_store`) implements the same three methods; `schemas.object_stores`
+opens either from a path or an `s3://` URL.
 
 Blobs are typed: a blob is stored under its media type as well as its hash, and a reference finds only a
 blob put with the reference's type. Content addressing alone would let any bytes serve as anything: a file
@@ -20,7 +21,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from schemas.record import AvroDict
 
@@ -31,6 +32,21 @@ DEFAULT_INLINE_CAP = 64 * 1024
 
 class BlobIntegrityError(Exception):
     """A stored blob does not hash to its key (corruption or tampering), or it is missing."""
+
+
+class ObjectStoreUnavailable(OSError):
+    """The store itself cannot be used (a remote endpoint that does not answer, a bucket that does not
+    exist, credentials refused): not a statement about any blob. An `OSError`, as a failing disk under the
+    local store raises, so callers that survive an unreadable disk survive this too. `hint` says what to
+    do."""
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return f"{self.message} (hint: {self.hint})" if self.hint else self.message
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +80,16 @@ class ObjectStore(Protocol):
     def contains(self, sha256: str, media_type: str = OCTET_STREAM) -> bool: ...
 
 
-def _verified(ref: BlobRef, data: bytes) -> bytes:
+@runtime_checkable
+class Locating(Protocol):
+    """A store that can say where a blob lives as a URI (a `file://` path, an `s3://` key): for records
+    that name a blob for people and other tools (`PolicyPublished.weights_uri`)."""
+
+    def uri_of(self, ref: BlobRef) -> str: ...
+
+
+def verified(ref: BlobRef, data: bytes) -> bytes:
+    """`data` if it is what `ref` names (sha256 and size), else BlobIntegrityError."""
     if hashlib.sha256(data).hexdigest() != ref.sha256 or len(data) != ref.size:
         raise BlobIntegrityError(f"blob {ref.sha256} does not match its content")
     return data
@@ -96,6 +121,12 @@ class LocalObjectStore:
         """Where the blob is (or would be) stored: for tools that look after the folder."""
         return Path(self._folder(sha256, media_type), sha256)
 
+    def uri_of(self, ref: BlobRef) -> str:
+        return self.path_of(ref.sha256, ref.media_type).absolute().as_uri()
+
+    def __repr__(self) -> str:
+        return f"LocalObjectStore({str(self.root)!r})"
+
     def put(self, data: bytes, media_type: str = OCTET_STREAM) -> BlobRef:
         ref = BlobRef.of(data, media_type)
         folder = self._folder(ref.sha256, media_type)
@@ -125,7 +156,7 @@ class LocalObjectStore:
             raise BlobIntegrityError(
                 f"blob {ref.sha256} ({ref.media_type}) is missing from {self.root}"
             ) from None
-        return _verified(ref, data)
+        return verified(ref, data)
 
     def contains(self, sha256: str, media_type: str = OCTET_STREAM) -> bool:
         """Whether the blob is stored; a stored one counts as just written (see `_refresh`)."""
@@ -159,7 +190,7 @@ class MemoryObjectStore:
         key = memory_key(ref.sha256, ref.media_type)
         if key not in self.blobs:
             raise BlobIntegrityError(f"blob {ref.sha256} ({ref.media_type}) is missing")
-        return _verified(ref, self.blobs[key])
+        return verified(ref, self.blobs[key])
 
     def contains(self, sha256: str, media_type: str = OCTET_STREAM) -> bool:
         return memory_key(sha256, media_type) in self.blobs

@@ -1,8 +1,8 @@
 """Shared fixtures. Tests under tests/unit are marked `unit`, those under tests/integration `integration`.
 
 Integration fixtures use the real components prepared by `trialog prepare` (which `make test` runs): the
-Docker engine, the locally built images, the cached Kafka jars and the Jaeger binary. Nothing is mocked and
-nothing is skipped: a missing component is an error that says how to prepare it.
+Docker engine, the locally built images, the cached Kafka jars and the Jaeger and SeaweedFS binaries.
+Nothing is mocked and nothing is skipped: a missing component is an error that says how to prepare it.
 """
 
 from __future__ import annotations
@@ -17,11 +17,13 @@ import pytest
 from hypothesis import settings
 
 from ops.paths import Paths
+from ops.stack.seaweedfs import SeaweedServer
 from ops.testing import (
     CONTAINER_LABEL,
     LEGACY_LABEL,
     JaegerProcess,
     KafkaContainer,
+    SeaweedProcess,
     leftover,
     use_stack_engine,
 )
@@ -91,3 +93,11 @@ def kafka_bootstrap(kafka_container: KafkaContainer) -> str:
 def jaeger_process(stack_paths: Paths) -> Iterator[JaegerProcess]:
     with JaegerProcess(stack_paths) as running:
         yield running
+
+
+@pytest.fixture(scope="session")
+def seaweedfs_server(stack_paths: Paths) -> Iterator[SeaweedServer]:
+    """A real S3 server (SeaweedFS) on loopback with one empty bucket, `trialog-test`; tests share it, so
+    each writes under its own key prefix."""
+    with SeaweedProcess(stack_paths) as server:
+        yield server

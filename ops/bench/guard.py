@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     from ops.run_pin import image_version, pin_run
     from ops.run_workers import Workers, worker_commands
     from ops.stack.images import sandbox_ref
-    from schemas.blobs import LocalObjectStore
+    from ops.stores import open_objects
     from schemas.canaries import CanaryGraded
     from schemas.events import RewardAssigned
     from schemas.origin import Origin
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         paths = Paths(Path(scratch) / "home", Paths.from_env().cache)
         ensure_topics(bootstrap, run_id)
         image = str(sandbox_ref())
-        publish_tasks(args.tasks, bootstrap, LocalObjectStore(paths.objects), image, run=run_id)
+        publish_tasks(args.tasks, bootstrap, open_objects(paths=paths), image, run=run_id)
         pin = pin_run(bootstrap, run_id, args.tasks, image_version(engine, image), guard)
         commands = worker_commands(run_id, bootstrap, "scripted", args.tasks, paths)
         workers = Workers(Path(scratch) / "logs")

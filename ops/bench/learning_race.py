@@ -178,9 +178,9 @@ def _pipeline_scorer(
 
     from actors.rollout.llm import load_llm_policy
     from actors.rollout.weights import TorchModelTarget, check_tensors
-    from schemas.blobs import LocalObjectStore
+    from ops.stores import open_objects
 
-    store = LocalObjectStore(paths.objects)
+    store = open_objects(paths=paths)
     policy = load_llm_policy(b.model_dir, max_new_tokens=args.max_new_tokens)
     model = policy.backend.model  # type: ignore[attr-defined]
     target = TorchModelTarget(model)

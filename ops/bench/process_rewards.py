@@ -122,7 +122,7 @@ def _one_run(args: argparse.Namespace, bootstrap: str, grading: str) -> Measured
     from ops.paths import Paths
     from ops.run_workers import Workers, worker_commands
     from ops.stack.images import sandbox_ref
-    from schemas.blobs import LocalObjectStore
+    from ops.stores import open_objects
     from schemas.events import EpisodeCompleted, EpisodeStarted, RewardAssigned
     from schemas.origin import Origin
     from schemas.progress import StepGraded
@@ -136,7 +136,7 @@ def _one_run(args: argparse.Namespace, bootstrap: str, grading: str) -> Measured
         actions = Path(scratch) / "actions.json"
         actions.write_text(json.dumps(scripts(args.tasks)))
         ensure_topics(bootstrap, run_id)
-        publish_tasks(args.tasks, bootstrap, LocalObjectStore(paths.objects), str(sandbox_ref()), run=run_id)
+        publish_tasks(args.tasks, bootstrap, open_objects(paths=paths), str(sandbox_ref()), run=run_id)
         commands = worker_commands(
             run_id, bootstrap, "scripted", args.tasks, paths, ["--actions", str(actions)],
             guard=False, grade_steps=grading,

@@ -60,9 +60,11 @@ def _cmd_bundle(args: argparse.Namespace) -> int:
     out: Path = args.out
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise StackError(f"{out} is not an empty folder", "name a new or empty folder for the bundle")
-    store = objects_of(args)
-    if not store.root.is_dir():
-        raise StackError(f"no object store at {store.root}", "name the run's store with --objects DIR")
+    from schemas.blobs import LocalObjectStore
+
+    store = objects_of(args)  # an S3 store was asked once already: its bucket exists
+    if isinstance(store, LocalObjectStore) and not store.root.is_dir():
+        raise StackError(f"no object store at {store.root}", "name the run's store with --objects LOCATION")
     bootstrap = kafka_of(args)
     from ops.run_bundle import Bundle, BundleError, software_versions, write_bundle
     from ops.runlog import read_topics

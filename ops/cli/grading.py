@@ -273,21 +273,19 @@ def read_record(path: Path, tasks: Sequence[Task], runs: int) -> dict[str, dict[
 def _cmd_publish(args: argparse.Namespace) -> int:
     from actors.tasks.publish import publish_tasks
     from actors.tasks.validate import Admission
-    from ops.paths import Paths
     from ops.stack.images import sandbox_ref
-    from schemas.blobs import LocalObjectStore
+    from ops.stores import open_objects
 
     found = _survey(args, "trialog tasks publish")
     if isinstance(found, int):
         return found
-    # Before minutes of validation: a publish that cannot reach Kafka says so at once.
+    # Before minutes of validation: a publish that cannot reach Kafka or the object store says so at once.
     bootstrap = kit.require_kafka(kit.bootstrap_of(args))
+    objects = open_objects()
     results = _validate(args, found.tasks)
     valid = [Path(r.path) for r in results if r.verdict is Admission.VALID]
     try:
-        publication = publish_tasks(
-            valid, bootstrap, LocalObjectStore(Paths.from_env().objects), str(sandbox_ref()), run=args.run
-        )
+        publication = publish_tasks(valid, bootstrap, objects, str(sandbox_ref()), run=args.run)
     except StackError as exc:
         return kit.report_error("trialog tasks publish", exc, as_json=args.json)
     published, rejected = publication.published, publication.rejected

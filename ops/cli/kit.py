@@ -36,6 +36,7 @@ from streams.lifecycle import DEFAULT_GRACE_S, DEFAULT_LIVENESS_S, Grace, Health
 if TYPE_CHECKING:
     from actors.tasks.reward_config import RewardConfig
     from ops.telemetry.config import TelemetryConfig
+    from schemas.object_stores import StoreLocation
 
 EXIT_OK, EXIT_FOUND, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 # A command that needs a service answers within this when the service is not there (issue: 5 s at most).
@@ -220,11 +221,25 @@ def add_instance(parser: argparse.ArgumentParser) -> None:
 
 
 def add_objects(parser: argparse.ArgumentParser, what: str) -> None:
-    """`--objects DIR`: the object store folder (snapshots, bundles, weights); every process of a run must
-    name the same one. `what` says what this command finds or keeps there."""
+    """`--objects DIR|s3://BUCKET/PREFIX`: the object store (snapshots, bundles, weights); every process of a
+    run must name the same one. `what` says what this command finds or keeps there."""
     parser.add_argument(
-        "--objects", type=Path, metavar="DIR", help=f"{what} (default: the stack's, $TRIALOG_HOME/objects)"
+        "--objects",
+        type=object_store,
+        metavar="LOCATION",
+        help=f"{what}: a folder, or s3://BUCKET/PREFIX with the server in $TRIALOG_S3_ENDPOINT_URL "
+        "(default: $TRIALOG_OBJECT_STORE, else the stack's folder $TRIALOG_HOME/objects)",
     )
+
+
+def object_store(text: str) -> StoreLocation:
+    """An object store location (`schemas.object_stores.parse_location`), checked without touching it."""
+    from schemas.object_stores import parse_location
+
+    try:
+        return parse_location(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_json(parser: argparse.ArgumentParser, what: str = "print one JSON document on stdout") -> None:

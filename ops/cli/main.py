@@ -29,6 +29,7 @@ from ops.cli import (
 )
 from ops.cli.workers import guard, learner, rollout, scheduler, streams, verifier
 from ops.cli.workers import sandbox as sandbox_worker
+from schemas.blobs import ObjectStoreUnavailable
 from streams.errors import StackError
 
 # Each adds its command (group) with `register(subparsers)`; heavy modules are imported only when run.
@@ -155,7 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = kit.subcommands(parser, "command")
 
     kit.command(
-        sub, "prepare", "install and build the stack's parts (Docker, images, Kafka jars, Jaeger)",
+        sub, "prepare",
+        "install and build the stack's parts (Docker, images, Kafka jars, Jaeger, the S3 tests' SeaweedFS)",
         handler=_cmd_prepare, examples=("trialog prepare",),
     )  # fmt: skip
     up = kit.command(
@@ -230,6 +232,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return handler(args)
     except StackError as exc:
         return kit.report_error(prog, exc, as_json=getattr(args, "json", False))
+    except ObjectStoreUnavailable as exc:  # a remote store that went away after the command checked it
+        return kit.report_error(prog, StackError(exc.message, exc.hint), as_json=getattr(args, "json", False))
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return kit.EXIT_INTERRUPTED

@@ -1,7 +1,8 @@
 """`trialog objects gc`: delete the object store's blobs that no record still needed names (`ops.objects_gc`).
 
 A preview by default (what would go, and how many bytes); `--delete` deletes. Exit codes: 0 done (or
-previewed); 2 Kafka or a topic could not be read (nothing is deleted then), or the store is not a folder.
+previewed); 2 Kafka or a topic could not be read (nothing is deleted then), or the store is not a folder
+(an S3 store is refused: its objects cannot be touched when reused, see docs/object-store.md).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import argparse
 import json
 
 from ops.cli import kit
-from ops.cli.run_log_args import add_log_options, kafka_of, objects_of
+from ops.cli.run_log_args import add_log_options, kafka_of
 from ops.log_defaults import DEFAULT_GC_GRACE_HOURS, DEFAULT_GC_WINDOW_DAYS
 from streams.errors import StackError
 
@@ -62,9 +63,12 @@ def _cmd_gc(args: argparse.Namespace) -> int:
     from kafka.errors import KafkaError
 
     from ops.objects_gc import BlobFolder, collect_garbage, kafka_source
+    from ops.stores import local_folder
     from streams.kafka.reader import ReadError
 
-    store = objects_of(args)
+    # The clean-up keeps blobs by their modification time (refreshed whenever a writer reuses one), which
+    # only a folder has: an S3 store is refused (docs/object-store.md says why and what to do instead).
+    store = local_folder(args.objects, "trialog objects gc")
     if not store.root.is_dir():
         raise StackError(f"no object store at {store.root}", "name it with --objects DIR")
     bootstrap = kafka_of(args)

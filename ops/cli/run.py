@@ -254,8 +254,8 @@ def _cmd_run_start(args: argparse.Namespace) -> int:
     from ops.paths import Paths
     from ops.run_workers import Workers, validate_tasks, worker_commands
     from ops.stack.images import sandbox_ref
+    from ops.stores import open_objects
     from ops.telemetry.setup import start as start_telemetry
-    from schemas.blobs import LocalObjectStore
     from streams.kafka.topics import ensure_topics
 
     run = args.run if args.run is not None else f"run-{uuid.uuid4().hex[:8]}"
@@ -273,14 +273,13 @@ def _cmd_run_start(args: argparse.Namespace) -> int:
         # The sandbox and verifier workers and the validation run sandboxes; the pin names the image's id.
         engine = kit.require_docker()
     paths = Paths.from_env()
+    objects = open_objects(paths=paths)  # the store every worker will use: asked before anything starts
     started = time.monotonic()
     if args.validate:
         validate_tasks(args.tasks)
     created = ensure_topics(bootstrap, run)
     say(f"run {run}: {len(created)} topics created on {bootstrap}")
-    publication = publish_tasks(
-        folders, bootstrap, LocalObjectStore(paths.objects), str(sandbox_ref()), run=run
-    )
+    publication = publish_tasks(folders, bootstrap, objects, str(sandbox_ref()), run=run)
     published = publication.published
     say(f"run {run}: published {len(published)} tasks ({', '.join(published)}) [{_since(started)}]")
     if publication.rejected:

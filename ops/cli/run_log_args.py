@@ -17,7 +17,8 @@ from streams.errors import StackError
 if TYPE_CHECKING:  # the CLI builds its parser from this module: keep it light
     from actors.verifier.tasks import FolderTasks
     from ops.run_bundle import Bundle
-    from schemas.blobs import LocalObjectStore
+    from ops.stores import ObjectStores
+    from schemas.object_stores import StoreLocation
 
 DEFAULT_TIMEOUT_S = 60.0
 UNREADABLE_HINT = "check the run's name (trialog run status RUN) and the stack (trialog status)"
@@ -77,15 +78,15 @@ def log_errors() -> Iterator[None]:
         raise StackError(str(exc), "bundle the run again (trialog bundle RUN DIR)") from None
 
 
-def objects_of(args: argparse.Namespace, bundle: Bundle | None = None) -> LocalObjectStore:
-    """The store `--objects` names, else the bundle's (when reading one), else the stack's."""
-    from ops.paths import Paths
-    from schemas.blobs import LocalObjectStore
+def objects_of(args: argparse.Namespace, bundle: Bundle | None = None) -> ObjectStores:
+    """The store `--objects` names, else the bundle's (when reading one), else the stack's
+    (`$TRIALOG_OBJECT_STORE`, else its folder)."""
+    from ops.stores import open_objects
 
-    folder: Path | None = getattr(args, "objects", None)
-    if folder is None and bundle is not None:
+    given: StoreLocation | None = getattr(args, "objects", None)
+    if given is None and bundle is not None:
         return bundle.objects
-    return LocalObjectStore(folder if folder is not None else Paths.from_env().objects)
+    return open_objects(given)
 
 
 def bundle_of(args: argparse.Namespace) -> Bundle | None:
@@ -119,7 +120,8 @@ def require_blobs(args: argparse.Namespace, bundle: Bundle, what: str) -> None:
         raise StackError(
             f"bundle {bundle.root} holds only the hashes of the run's {len(bundle.absent_blobs)} blobs "
             f"(written with --hashes-only): {what} needs the snapshots and task bundles themselves",
-            "name a store that holds them with --objects DIR, or bundle the run again without --hashes-only",
+            "name a store that holds them with --objects LOCATION, or bundle the run again without "
+            "--hashes-only",
         )
 
 

@@ -153,14 +153,14 @@ def print_step(step: StepResult, *, as_json: bool) -> None:
 def _cmd_run(args: argparse.Namespace) -> int:
     from ops.paths import Paths
     from ops.stack import images
+    from ops.stores import open_objects
     from sandbox_agent.docker_backend import DockerBackend
     from sandbox_agent.errors import SandboxError
-    from schemas.blobs import LocalObjectStore
 
     # Every value was checked by the parser; what is left to fail is the engine and the sandbox.
     spec = spec_from_args(args, str(images.sandbox_ref()))
     paths = Paths.from_env()
-    objects = LocalObjectStore(paths.objects)
+    objects = open_objects(paths=paths)
     client = kit.require_docker().client()
     try:
         backend = DockerBackend(client, objects, labels=dict(args.label))

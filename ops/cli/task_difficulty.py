@@ -148,13 +148,11 @@ def _run_episodes(args: argparse.Namespace, bootstrap: str, run: str, folders: l
     from ops.paths import Paths
     from ops.run_workers import Workers, worker_commands
     from ops.stack.images import sandbox_ref
-    from schemas.blobs import LocalObjectStore
+    from ops.stores import open_objects
 
     kit.require_docker()
     paths = Paths.from_env()
-    publication = publish_tasks(
-        folders, bootstrap, LocalObjectStore(paths.objects), str(sandbox_ref()), run=run
-    )
+    publication = publish_tasks(folders, bootstrap, open_objects(paths=paths), str(sandbox_ref()), run=run)
     if publication.rejected:
         say(f"difficulty: {len(publication.rejected)} tasks rejected in review, not measured")
     published, folders = publication.published, list(publication.folders)

@@ -27,7 +27,7 @@ from ops.demo.summary import Evaluation, Training, evaluation
 from ops.paths import Paths
 from ops.run_workers import Workers, worker_commands
 from ops.stack.images import sandbox_ref
-from schemas.blobs import LocalObjectStore
+from ops.stores import open_objects, stack_location
 from schemas.origin import Origin
 from schemas.publications import PolicyPublished
 
@@ -128,7 +128,7 @@ class Stage:
         args += ["--backend", self.settings.backend]
         # The learner writes the weights to this stage's object store: the rollout must read that one, not
         # whatever store its own environment would default to.
-        args += ["--objects", str(self.paths.objects)]
+        args += ["--objects", str(stack_location(self.paths))]
         # One torch thread: beside the learner and the sandboxes, two threads spin on each other (measured
         # 24 s against 90 s for the same batch on this 2-core machine under load).
         args += ["--batch", str(batch), "--threads", "1"]
@@ -146,7 +146,7 @@ class Stage:
             sys.executable, "-m", "ops.cli", "worker", "learner", "--run", run, "--bootstrap", self.bootstrap,
             "--model", str(self.model), "--group-size", str(s.group_size),
             "--group-timeout-s", str(s.group_timeout_s), "--lora-rank", str(s.lora_rank),
-            "--prompt-encoder", "chat", "--objects", str(self.paths.objects), "--lr", str(s.lr),
+            "--prompt-encoder", "chat", "--objects", str(stack_location(self.paths)), "--lr", str(s.lr),
             "--lora-targets", s.lora_targets, "--epochs", str(s.epochs),
             # The rollout is the bottleneck on a small CPU machine: the learner keeps to one core.
             "--threads", "1", "--temperature", str(s.temperature),
@@ -159,7 +159,7 @@ class Stage:
 
         ensure_topics(self.bootstrap, run)
         publication = publish_tasks(
-            tasks, self.bootstrap, LocalObjectStore(self.paths.objects), str(sandbox_ref()), run=run
+            tasks, self.bootstrap, open_objects(paths=self.paths), str(sandbox_ref()), run=run
         )
         self.say(f"run {run}: published {len(publication.published)} tasks")
         if publication.rejected:

@@ -59,7 +59,7 @@ def binary(paths: Paths) -> Path:
     target = paths.cached("bin") / f"jaeger-{JAEGER_VERSION}"
     if target.exists():
         return target
-    go = _go_command()
+    go = go_command("Jaeger")
     go_cache = paths.cached("go")
     env = {
         **os.environ,
@@ -81,12 +81,13 @@ def binary(paths: Paths) -> Path:
     return target
 
 
-def _go_command() -> str:
+def go_command(what: str) -> str:
+    """The `go` command, to build `what` (for the error when there is none)."""
     # Go's official tarball lives in /usr/local/go, which is not always on a non-login PATH.
     for candidate in (shutil.which("go"), "/usr/local/go/bin/go"):
         if candidate and Path(candidate).exists():
             return candidate
-    raise StackError("Go is not installed, so Jaeger cannot be built", "install Go 1.24+ and retry")
+    raise StackError(f"Go is not installed, so {what} cannot be built", "install Go 1.26+ and retry")
 
 
 def start(paths: Paths, ports: JaegerPorts) -> None:

@@ -7,18 +7,20 @@ from contextlib import contextmanager
 
 from ops.paths import Paths
 from ops.stack import docker_engine, images
+from ops.stores import open_objects
 from sandbox_agent.docker_backend import DockerBackend
-from schemas.blobs import LocalObjectStore, ObjectStore
+from schemas.blobs import ObjectStore
 
 
 @contextmanager
 def stack_backend(
     paths: Paths, labels: Mapping[str, str] | None = None, objects: ObjectStore | None = None
 ) -> Iterator[DockerBackend]:
-    """A DockerBackend on the stack's engine, snapshotting into `objects` (default: the stack's store)."""
+    """A DockerBackend on the stack's engine, snapshotting into `objects` (default: the stack's store,
+    `ops.stores`)."""
     client = docker_engine.require(paths).client()
     try:
-        yield DockerBackend(client, objects or LocalObjectStore(paths.objects), labels=labels)
+        yield DockerBackend(client, objects or open_objects(paths=paths), labels=labels)
     finally:
         client.close()
 

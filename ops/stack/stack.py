@@ -9,7 +9,7 @@ from typing import Any
 
 from ops.console import say, step
 from ops.paths import Paths
-from ops.stack import docker_engine, images, jaeger, kafka
+from ops.stack import docker_engine, images, jaeger, kafka, seaweedfs
 from ops.stack.health import Health
 from streams.kafka.topics import ensure_topics
 
@@ -66,6 +66,9 @@ def prepare(config: StackConfig) -> None:
         say(f"   Kafka {kafka.version(paths)}")
     with step("Jaeger binary (go build once, then cached)"):
         say(f"   {jaeger.binary(paths)}")
+    # Not part of `up` (the stack's object store is a folder): the server the S3 store's tests start.
+    with step("SeaweedFS binary, the tests' S3 server (go build once: minutes; then cached)"):
+        say(f"   {seaweedfs.binary(paths)}")
 
 
 def up(config: StackConfig) -> None:

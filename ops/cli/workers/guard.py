@@ -37,7 +37,7 @@ def register(workers: kit.Subparsers) -> None:
         "--tasks", type=Path, action="append", required=True, metavar="DIR",
         help="a task folder or a folder of them (repeatable): the canaries' workspaces are built from them",
     )  # fmt: skip
-    kit.add_objects(command, "object store folder shared by all workers of the run (canary snapshots)")
+    kit.add_objects(command, "the object store shared by all workers of the run (canary snapshots)")
     command.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the canaries' task draw")
     add_alert_options(command)
     kit.add_bootstrap(command)
@@ -55,9 +55,8 @@ def _cmd_worker_guard(args: argparse.Namespace) -> int:
     from actors.tasks.spec import TaskError
     from actors.verifier.tasks import FolderTasks, TaskUnavailable
     from ops.console import say
-    from ops.paths import Paths
+    from ops.stores import open_objects
     from ops.telemetry.setup import start as start_telemetry
-    from schemas.blobs import LocalObjectStore
     from schemas.origin import Origin
     from streams.kafka.serving import connected
 
@@ -65,7 +64,7 @@ def _cmd_worker_guard(args: argparse.Namespace) -> int:
         tasks = FolderTasks(args.tasks)
     except TaskError as exc:
         raise StackError(str(exc), "fix or remove that task folder") from None
-    objects = LocalObjectStore(args.objects or Paths.from_env().objects)
+    objects = open_objects(args.objects)
     library = {task.id: {case.name: case for case in cases_for(task)} for task in tasks.tasks}
     cases: dict[str, list[Case]] = {
         task_id: [Case(case.name, case.expect_pass) for case in by_name.values()]

@@ -3,7 +3,7 @@
 `register(subparsers)` adds the `learner` command to a `worker` command group. One learner per run: it
 reads every partition itself and keeps its position in its checkpoint (`--checkpoint-dir`), so a restarted
 learner resumes exactly where its last checkpoint was taken. New versions go to the object store
-(`--objects`, the folder the rollout workers read) and to `policy.versions`. It obeys the run's control
+(`--objects`, the store the rollout workers read) and to `policy.versions`. It obeys the run's control
 log (`run.control`, read from its beginning at every start): quarantined trajectories are never trained on,
 and with the pin's hold for clearance a trajectory waits until canaries vouch for its grader.
 """
@@ -110,7 +110,7 @@ def register(workers: kit.Subparsers) -> None:
         metavar="DIR",
         help="checkpoint folder (default: $TRIALOG_HOME/learner/RUN)",
     )
-    kit.add_objects(command, "object store folder shared with the rollout workers")
+    kit.add_objects(command, "the object store shared with the rollout workers")
     add("--idle-checkpoint-s", type=kit.positive_seconds, metavar="S", default=IDLE_CHECKPOINT_S,
         help="when caught up, checkpoint progress without a training step at most this often")  # fmt: skip
     add("--device", default="auto", help="cpu, cuda, cuda:N or auto (a GPU when there is one)")
@@ -146,8 +146,8 @@ def _train(args: argparse.Namespace, health: Health) -> int:
     from learner.trainer import TrainSettings
     from ops.console import say
     from ops.paths import Paths
+    from ops.stores import open_objects
     from ops.telemetry.setup import start as start_telemetry
-    from schemas.blobs import LocalObjectStore
     from schemas.origin import Origin, SystemClock
 
     paths = Paths.from_env()
@@ -174,7 +174,7 @@ def _train(args: argparse.Namespace, health: Health) -> int:
     start_telemetry(kit.telemetry_of(args, "trialog-learner"))
     model = load_model(model_dir, device_of(args.device))
     announcer = KafkaAnnouncer(bootstrap, args.run)
-    learner = Learner(model, encoder, LocalObjectStore(args.objects or paths.objects), announcer, settings,
+    learner = Learner(model, encoder, open_objects(args.objects, paths), announcer, settings,
                       Origin.system("learner", args.instance))  # fmt: skip
     resumed = learner.resume()
     feed = KafkaFeed(bootstrap, args.run, learner.state.offsets)

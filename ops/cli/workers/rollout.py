@@ -171,12 +171,11 @@ def _weights(args: argparse.Namespace, policy: Policy, bootstrap: str) -> Weight
     the pinned version is loaded: an evaluation must never answer with other weights."""
     from actors.rollout.weights import KafkaPublications, WeightsWatcher
     from ops.console import say
-    from ops.paths import Paths
-    from schemas.blobs import LocalObjectStore
+    from ops.stores import open_objects
 
     if args.versions_run is None:
         return None
-    store = LocalObjectStore(args.objects or Paths.from_env().objects)
+    store = open_objects(args.objects)
     watcher = WeightsWatcher(
         KafkaPublications(bootstrap, args.versions_run),
         store,

@@ -32,6 +32,7 @@ def register(subparsers: kit.Subparsers) -> None:
         examples=(
             "trialog worker sandbox --run RUN",
             "trialog worker sandbox --run RUN --pool 4 --max-episodes 16 --objects /shared/objects",
+            "trialog worker sandbox --run RUN --objects s3://trialog/RUN",
         ),
     )
     kit.add_bootstrap(command)
@@ -58,7 +59,7 @@ def register(subparsers: kit.Subparsers) -> None:
         default=8,
         help="episodes holding a sandbox at once",
     )
-    kit.add_objects(command, "object store folder shared by all workers of the run")
+    kit.add_objects(command, "the object store shared by all workers of the run")
     command.add_argument(
         "--state",
         type=Path,
@@ -96,13 +97,13 @@ def register(subparsers: kit.Subparsers) -> None:
 def _cmd_worker_sandbox(args: argparse.Namespace) -> int:
     from ops.console import say
     from ops.paths import Paths
+    from ops.stores import open_objects
     from ops.telemetry.setup import start as start_telemetry
     from sandbox_agent.docker_backend import DockerBackend
     from sandbox_agent.episode_ends import EpisodeEnds
     from sandbox_agent.idempotent import Retention, RocksResultStore
     from sandbox_agent.pool import WarmPools
     from sandbox_agent.worker import ROUTE, SandboxWorker
-    from schemas.blobs import LocalObjectStore
     from schemas.origin import Origin
     from streams.kafka.request_loop import LoopSettings, RequestLoop
     from streams.telemetry import metrics
@@ -112,7 +113,7 @@ def _cmd_worker_sandbox(args: argparse.Namespace) -> int:
     bootstrap = kit.bootstrap_of(args)
     group = kit.group_of(args, "sandbox")
     home = paths.component("sandbox")
-    objects = LocalObjectStore(args.objects or paths.objects)
+    objects = open_objects(args.objects, paths)
     client = engine.client()
     backend = DockerBackend(client, objects, labels={"dev.trialog.worker": args.instance})
     pools = WarmPools(backend, args.pool, idle_s=args.pool_idle)

@@ -2,7 +2,7 @@
 
 `register(subparsers)` adds the `verifier` command to a `worker` command group. Tasks come from local task
 folders (`--tasks`, repeatable); final workspaces are snapshots in the object store the sandbox workers
-write (`--objects`, the same folder for every worker of the run). Each request is graded in a fresh
+write (`--objects`, the same store for every worker of the run). Each request is graded in a fresh
 sandbox on the stack's Docker engine. No Docker engine: it exits at once with what to run; no Kafka yet:
 it waits for the broker.
 
@@ -55,7 +55,7 @@ def register(workers: kit.Subparsers) -> None:
         "--tasks", type=Path, action="append", required=True, metavar="DIR",
         help="a task folder or a folder of them (repeatable)",
     )  # fmt: skip
-    kit.add_objects(command, "object store folder shared by all workers of the run")
+    kit.add_objects(command, "the object store shared by all workers of the run")
     kit.add_bootstrap(command)
     kit.add_run(command)
     kit.add_group(command, "verifier")
@@ -150,9 +150,9 @@ def _cmd_worker_verifier(args: argparse.Namespace) -> int:
     from ops.console import say
     from ops.paths import Paths
     from ops.stack.sandboxes import default_image
+    from ops.stores import open_objects
     from ops.telemetry.setup import start as start_telemetry
     from sandbox_agent.docker_backend import DockerBackend
-    from schemas.blobs import LocalObjectStore
     from schemas.origin import Origin
     from streams.kafka.request_loop import LoopSettings, RequestLoop
 
@@ -165,7 +165,7 @@ def _cmd_worker_verifier(args: argparse.Namespace) -> int:
     paths = Paths.from_env()
     bootstrap = kit.bootstrap_of(args)
     group = kit.group_of(args, "verifier")
-    objects = LocalObjectStore(args.objects or paths.objects)
+    objects = open_objects(args.objects, paths)
     client = engine.client()
     try:
         backend = DockerBackend(client, objects, labels={VERIFIER_LABEL: args.instance})

@@ -103,6 +103,8 @@ def test_a_hashes_only_bundle_audits_and_says_what_a_recheck_lacks(
     code, report = _json(["audit", "--bundle", str(out), "--json", *NOWHERE], capsys)
     assert code == 0 and report["healthy"] is True and report["completed"] == EPISODES
     code, error = _json(["audit", "--bundle", str(out), "--recheck", "--json", *NOWHERE], capsys)
-    assert code == 2 and "written with --hashes-only" in error["error"] and "--objects DIR" in error["hint"]
+    assert (
+        code == 2 and "written with --hashes-only" in error["error"] and "--objects LOCATION" in error["hint"]
+    )
     assert trialog(["bundle", real_run.name, str(out), *real_run.options()]) == 2  # OUT is not empty
     assert "is not an empty folder" in capsys.readouterr().err

@@ -21,6 +21,7 @@ from ops.paths import REPO_ROOT
 from ops.telemetry.otel import OtelTracer
 from schemas.codec import default_codec
 from schemas.events import ActionProposed
+from schemas.object_stores import StoreLocation
 from schemas.requests import PolicyRequest
 from streams.kafka.request_loop import LoopSettings, Refused, RequestLoop
 from streams.telemetry import tracing
@@ -119,7 +120,7 @@ def test_rollout_cli_checks_the_llm_options_before_loading_a_model() -> None:
 
 def test_verifier_cli_arguments() -> None:
     args = _parse(verifier_cli.register, ["verifier", "--tasks", "a", "--tasks", "b", "--objects", "o"])
-    assert args.tasks == [Path("a"), Path("b")] and args.objects == Path("o")
+    assert args.tasks == [Path("a"), Path("b")] and args.objects == StoreLocation(folder=Path("o"))
     assert (args.group, args.run) == (None, "")
     # The default group is the run's own: a worker started by hand never joins another run's group.
     assert kit.group_of(args, "verifier") == "trialog-verifier"

@@ -8,6 +8,7 @@ import pytest
 
 from ops.cli.main import build_parser
 from ops.progress import ProgressBar
+from schemas.object_stores import StoreLocation
 
 
 def test_replay_reproduce_report_and_audit_share_the_log_options() -> None:
@@ -21,10 +22,10 @@ def test_replay_reproduce_report_and_audit_share_the_log_options() -> None:
         ["reproduce", "e1", "--run", "r1", "--objects", "/o", "--tasks", "/t", *common]
     )
     assert (reproduce.episode, reproduce.run, reproduce.objects, reproduce.tasks) == (
-        "e1", "r1", Path("/o"), [Path("/t")],
+        "e1", "r1", StoreLocation(folder=Path("/o")), [Path("/t")],
     )  # fmt: skip
     audit = parser.parse_args(["audit", "r1", "--recheck", "--objects", "/o", "--json", *common])
-    assert audit.recheck and audit.objects == Path("/o") and audit.timeout == 5.0
+    assert audit.recheck and audit.objects == StoreLocation(folder=Path("/o")) and audit.timeout == 5.0
     report = parser.parse_args(["report", "r1", "--out", "/tmp/x", *common])
     assert report.out == Path("/tmp/x") and report.bootstrap == "127.0.0.1:9"
 

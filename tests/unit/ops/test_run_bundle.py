@@ -213,7 +213,7 @@ def test_a_recheck_of_a_hashes_only_bundle_says_what_is_missing(
     out, _ = _bundle(tmp_path, blobs="hashes")
     assert trialog(["audit", "--bundle", str(out), "--recheck", "--json"]) == 2
     error = json.loads(capsys.readouterr().out)
-    assert "only the hashes of the run's 3 blobs" in error["error"] and "--objects DIR" in error["hint"]
+    assert "only the hashes of the run's 3 blobs" in error["error"] and "--objects LOCATION" in error["hint"]
     assert trialog(["reproduce", "ep-0", "--bundle", str(out)]) == 2
     assert "written with --hashes-only" in capsys.readouterr().err
 
