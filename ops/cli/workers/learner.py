@@ -32,7 +32,9 @@ from ops.cli import kit
 from streams.errors import StackError
 
 if TYPE_CHECKING:
+    from learner.collective import TorchCollective
     from learner.learner import LearnerSettings
+    from learner.samples import PromptEncoder
     from ops.learner_group import Place
     from ops.paths import Paths
 
@@ -267,7 +269,7 @@ def _learner(args: argparse.Namespace, place: Place | None) -> int:
     return code
 
 
-def _follow(model: Any, settings: LearnerSettings, collective: Any) -> int:
+def _follow(model: Any, settings: LearnerSettings, collective: TorchCollective) -> int:
     from learner.learner import prepare
     from learner.ranks import follow
     from ops.console import say
@@ -281,8 +283,8 @@ def _follow(model: Any, settings: LearnerSettings, collective: Any) -> int:
 
 
 def _lead(
-    args: argparse.Namespace, paths: Paths, settings: LearnerSettings, model: Any, encoder: Any,
-    collective: Any,
+    args: argparse.Namespace, paths: Paths, settings: LearnerSettings, model: Any,
+    encoder: PromptEncoder | None, collective: TorchCollective | None,
 ) -> int:  # fmt: skip
     """The learner (rank 0 of a group when `collective` is one)."""
     from learner.kafka_io import KafkaAnnouncer, KafkaControlFeed, KafkaFeed, KafkaProgressFeed
@@ -294,6 +296,7 @@ def _lead(
     from schemas.blobs import LocalObjectStore
     from schemas.origin import Origin, SystemClock
 
+    assert encoder is not None  # made for the learner alone and for rank 0
     bootstrap = kit.bootstrap_of(args)
     start_telemetry(kit.telemetry_of(args, "trialog-learner"))
     leader = Leader(collective) if collective is not None else None

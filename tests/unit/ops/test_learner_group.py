@@ -64,6 +64,11 @@ def started(folder: Path, rank: int) -> list[int]:
     return [int(p.name.split("-")[2]) for p in found]
 
 
+@pytest.fixture(autouse=True)
+def no_pause(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("ops.learner_group.RESTART_PAUSE_S", 0.0)  # restarts at once: a faster test
+
+
 def run(folder: Path, scenario: str, max_restarts: int, stopping: threading.Event | None = None) -> int:
     argv = [sys.executable, "-c", RANK, str(folder), scenario]
     stopping = stopping or threading.Event()
