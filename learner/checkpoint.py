@@ -9,6 +9,10 @@ temporary file in the same folder, flushed to disk and renamed over the previous
 any moment leaves either the old checkpoint or the new one, never a mixture. Trajectories are kept as
 their Avro bytes (the codec reads old versions). A checkpoint written before a field of the planner state
 existed loads with that field empty (no held trajectories, a new counter at 0).
+
+A learner of N processes (`learner.ranks`) writes the same one file from rank 0, with `ranks`: every
+rank's state digests, gathered after the step and checked equal before the file is written (data parallel
+ranks hold the same state, so the file's tensors are every rank's). A one-process learner records none.
 """
 
 from __future__ import annotations
@@ -20,12 +24,14 @@ from typing import Any
 
 import torch
 
+from learner.defaults import CHECKPOINT_FILE
+from learner.ranks import RankState
 from learner.state import Arrival, Counters, PlannerState, Position, ReadyGroup
 from schemas.codec import Codec, default_codec
 from schemas.publications import PolicyPublished
 from schemas.trajectories import TrajectoryCompleted
 
-FILE_NAME = "learner.ckpt"
+FILE_NAME = CHECKPOINT_FILE
 FORMAT = 1
 
 
@@ -36,6 +42,7 @@ class Checkpoint:
     optimizer: dict[str, Any]
     published: PolicyPublished | None  # the announcement of planner.version (None: the base model)
     adaptation: str  # what was trained (e.g. "lora:8:16.0:q_proj,v_proj"); a mismatch is refused
+    ranks: tuple[RankState, ...] = ()  # each rank's state when it was written (none: one process)
 
     @property
     def version(self) -> int:
@@ -55,6 +62,7 @@ def save(folder: Path, checkpoint: Checkpoint, codec: Codec | None = None) -> Pa
         "optimizer": checkpoint.optimizer,
         "published": None if checkpoint.published is None else codec_.encode(checkpoint.published),
         "adaptation": checkpoint.adaptation,
+        "ranks": [asdict(state) for state in checkpoint.ranks],
     }
     with tmp.open("wb") as out:
         torch.save(payload, out)
@@ -81,6 +89,7 @@ def load(folder: Path, codec: Codec | None = None) -> Checkpoint | None:
         optimizer=payload["optimizer"],
         published=None if published is None else codec_.decode_as(published, PolicyPublished),
         adaptation=payload["adaptation"],
+        ranks=tuple(RankState(**state) for state in payload.get("ranks", [])),
     )
 
 

@@ -12,6 +12,10 @@ is not vouched for wait (`learner.state`).
 Killed at any moment, a restarted learner resumes from its last checkpoint: trajectories read after it are
 read again, trajectories held in it are restored, an announcement it holds is sent if `policy.versions`
 lacks it. Nothing is lost and nothing is trained twice.
+
+Across N processes (`ranks`: `learner.ranks.Leader`) this learner is rank 0: it alone reads, plans,
+checkpoints and announces; a step's training is shared with the other ranks, and the checkpoint records
+every rank's state (which must agree).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from learner.defaults import STATS_FILE
 from learner.lora import Adaptation, adapt, load_trainable_state, merged_weights, trainable_parameters
 from learner.lora import trainable_state as current_trainable_state
 from learner.publish import Announcer, announce_once, store_weights
+from learner.ranks import OneRank, Ranks
 from learner.samples import PromptEncoder, SampleCounts, group_samples, turn_bonuses
 from learner.state import (
     Arrival,
@@ -51,7 +56,7 @@ from learner.state import (
     next_step,
 )
 from learner.step import Sample
-from learner.trainer import TrainSettings, TrainStats, train_epochs
+from learner.trainer import TrainSettings, TrainStats
 from schemas.blobs import ObjectStore
 from schemas.codec import Codec, default_codec
 from schemas.origin import Origin
@@ -109,6 +114,7 @@ class Learner:
         settings: LearnerSettings,
         origin: Origin,
         codec: Codec | None = None,
+        ranks: Ranks | None = None,
     ) -> None:
         self.model = model
         self.encoder = encoder
@@ -117,8 +123,8 @@ class Learner:
         self.settings = settings
         self.origin = origin
         self.codec = codec or default_codec()
-        adapt(model, settings.adaptation)
-        self.optimizer = torch.optim.AdamW(trainable_parameters(model), lr=settings.lr)
+        self.ranks: Ranks = ranks if ranks is not None else OneRank()
+        self.optimizer = prepare(model, settings)
         self.state = PlannerState()
         self.control = run_control.ControlState(settings.run_id)  # the fold of run.control read so far
         self.published: PolicyPublished | None = None
@@ -234,6 +240,7 @@ class Learner:
         # training on past an unannounced version could leave a gap in policy.versions after a crash.
         while self.state.ready and self.unannounced is None:
             self._train(next_step(self.state, self.settings.planner))
+        self.ranks.idle()
 
     def _train(self, step: tuple[ReadyGroup, ...]) -> None:
         """One training step on the groups `step` (one new version); a group without a usable sample is
@@ -264,7 +271,7 @@ class Learner:
         with tracing.learner_step_span(
             self.settings.run_id, version, episodes, {"trialog.learner.groups": len(groups)}
         ) as span:
-            passes = train_epochs(
+            passes = self.ranks.train(
                 self.model, self.optimizer, samples, self.settings.epochs, self.settings.train
             )
             last = passes[-1]
@@ -308,6 +315,7 @@ class Learner:
             optimizer=self.optimizer.state_dict(),
             published=published,
             adaptation=self.adaptation_key,
+            ranks=self.ranks.agreed,
         )
         checkpoint.save(self.settings.checkpoint_dir, saved, self.codec)
         self._saved = self.state
@@ -348,6 +356,13 @@ class Learner:
             stats.ratio_mean,
             stats.samples, stats.seconds,
         )  # fmt: skip
+
+
+def prepare(model: Any, settings: LearnerSettings) -> torch.optim.Optimizer:
+    """Adapt `model` for training as `settings` say and make its optimizer: what every rank of a learner
+    does alike (rank 0 in `Learner`, the others before `learner.ranks.follow`)."""
+    adapt(model, settings.adaptation)
+    return torch.optim.AdamW(trainable_parameters(model), lr=settings.lr)
 
 
 def _increments(before: Counters, after: Counters) -> dict[str, int]:

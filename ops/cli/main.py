@@ -218,6 +218,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if kit.wants_json(words):
             print(json.dumps({"error": exc.message, "hint": f"see {exc.prog} --help"}))
         return kit.EXIT_ERROR
+    args.words = tuple(words)  # what a supervisor runs again for its children (`worker learner --nproc`)
     return _dispatch(args)
 
 

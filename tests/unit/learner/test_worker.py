@@ -350,7 +350,7 @@ def test_process_grades_shift_each_turns_advantage_by_the_coefficient_then_are_d
 ) -> None:
     import dataclasses
 
-    import learner.learner as learner_module
+    import learner.ranks as ranks_module  # where a one-process learner's step is trained
     from schemas.common import Verdict
     from schemas.progress import StepGraded
 
@@ -358,13 +358,13 @@ def test_process_grades_shift_each_turns_advantage_by_the_coefficient_then_are_d
     learner = make_learner(tmp_path, announcer, store)
     learner.settings = dataclasses.replace(learner.settings, process_reward_coef=0.5)
     trained: list[list[float]] = []
-    real = learner_module.train_epochs
+    real = ranks_module.train_epochs
 
     def spy(model: object, optimizer: object, samples: list, *args: object) -> object:  # type: ignore[type-arg]
         trained.append([sample.advantage for sample in samples])
         return real(model, optimizer, samples, *args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(learner_module, "train_epochs", spy)
+    monkeypatch.setattr(ranks_module, "train_epochs", spy)
     first = testing.group("g1", [1.0, 0.0])[0]
     grades = [
         StepGraded(dataclasses.replace(first.meta, step=executed), Verdict.PARTIAL, passed, 4)
