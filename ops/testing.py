@@ -2,8 +2,10 @@
 
 `KafkaContainer` runs Kafka in a container on a free loopback port with host networking: the image is built
 locally (ops/images/kafka), the broker jars come from the cache and the host's Java runtime is mounted
-read-only, so nothing is pulled. `JaegerProcess` runs the cached Jaeger binary on free loopback ports, and
-`SeaweedProcess` the cached SeaweedFS binary as an S3 server with one bucket.
+read-only, so nothing is pulled. `JaegerProcess` runs the cached Jaeger binary on free loopback ports,
+`SeaweedProcess` the cached SeaweedFS binary as an S3 server with one bucket, and `ToxiproxyProcess` the
+cached Toxiproxy server, which `KafkaCluster(..., proxy=...)` puts in front of every broker to cut one off
+or slow them all down.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from types import TracebackType
 
 from ops import process
 from ops.paths import Paths
-from ops.stack import docker_engine, images, jaeger, kafka, seaweedfs
+from ops.stack import docker_engine, images, jaeger, kafka, seaweedfs, toxiproxy
 from ops.stack.java import host_paths_of_runtime, java_home
 from streams.errors import StackError
 
@@ -86,7 +88,10 @@ class KafkaContainer(DockerContainer):
         node_id: int = 1,
         cluster_id: str | None = None,
         sasl_plain_users: Mapping[str, str] | None = None,
+        advertised: int | None = None,
     ) -> None:
+        """`advertised`: the loopback port clients are told to use for this node (a proxy in front of it);
+        `bootstrap` stays the node's own port."""
         super().__init__(str(images.kafka_ref()))
         if nodes is None:
             self.kafka_ports = ports or kafka.KafkaPorts(
@@ -98,7 +103,7 @@ class KafkaContainer(DockerContainer):
         self._config_dir = paths.component("test-kafka") / uuid.uuid4().hex[:8]
         self._config_dir.mkdir(parents=True)
         (self._config_dir / "server.properties").write_text(
-            kafka.node_properties(nodes, node_id, "@DATA_DIR@", sasl_plain_users)
+            kafka.node_properties(nodes, node_id, "@DATA_DIR@", sasl_plain_users, advertised)
         )
         (self._config_dir / "log4j2.properties").write_text(kafka.LOG4J_CONFIG.read_text())
         runtime = java_home()
@@ -153,18 +158,74 @@ class KafkaContainer(DockerContainer):
 
 class KafkaCluster:
     """`size` KRaft nodes (combined broker+controller), each in its own container on free loopback ports:
-    the cluster `trialog up --brokers 3` runs, for tests that stop and cut off brokers."""
+    the cluster `trialog up --brokers 3` runs, for tests that stop and cut off brokers.
 
-    def __init__(self, paths: Paths, size: int = 3) -> None:
+    With `proxy` (a started `ToxiproxyProcess`), one Toxiproxy proxy stands in front of each node's client
+    listener and the node advertises the proxy's port: `bootstrap` lists the proxies, and every client
+    connection after it, and the brokers' replication between themselves, goes through them; the KRaft
+    controller listener stays direct. `cut(i)` then partitions node `i`'s data listener from everyone (its
+    connections are closed, new ones refused; it stays in the quorum), `heal(i)` ends that, and
+    `add_latency` slows every link."""
+
+    def __init__(self, paths: Paths, size: int = 3, proxy: ToxiproxyProcess | None = None) -> None:
         nodes = [(process.free_port(), process.free_port()) for _ in range(size)]
         cluster_id = kafka.new_cluster_id()
+        self.toxiproxy = proxy
+        self.proxies: list[toxiproxy.Proxy] = []
+        if proxy is not None:
+            self.proxies = _proxies_in_front_of(proxy.client, [client for client, _ in nodes], nodes)
+        advertised: list[int | None] = [p.port for p in self.proxies] or [None] * size
         self.nodes = [
-            KafkaContainer(paths, nodes=nodes, node_id=i, cluster_id=cluster_id) for i in range(1, size + 1)
+            KafkaContainer(paths, nodes=nodes, node_id=i, cluster_id=cluster_id, advertised=advertised[i - 1])
+            for i in range(1, size + 1)
         ]
 
     @property
     def bootstrap(self) -> str:
+        """The proxies' addresses when the cluster has them, else the nodes' own."""
+        if self.proxies:
+            return ",".join(toxiproxy.address(p.port) for p in self.proxies)
         return ",".join(node.bootstrap for node in self.nodes)
+
+    def _client(self) -> toxiproxy.ToxiproxyClient:
+        if self.toxiproxy is None:
+            raise StackError(
+                "this Kafka cluster has no proxies in front of its nodes",
+                "make it with KafkaCluster(paths, size, proxy=ToxiproxyProcess(paths) entered)",
+            )
+        return self.toxiproxy.client
+
+    def cut(self, i: int) -> None:
+        """Cut node `i` (from 0, as in `nodes`) off: its proxy closes every connection through it and
+        refuses new ones, clients' and the other brokers' alike."""
+        self._client().cut(self.proxies[i].name)
+
+    def heal(self, i: int) -> None:
+        """Let node `i` be reached again (on the same address)."""
+        self._client().heal(self.proxies[i].name)
+
+    def add_latency(
+        self, latency_ms: int, jitter_ms: int = 0, streams: tuple[toxiproxy.Stream, ...] = toxiproxy.BOTH
+    ) -> None:
+        """Delay every chunk to and from every node by `latency_ms` +/- `jitter_ms` (both directions by
+        default: a request and its answer then take at least 2 x `latency_ms` over one link)."""
+        client = self._client()
+        for proxy in self.proxies:
+            client.add_latency(proxy.name, latency_ms, jitter_ms, streams)
+
+    def remove_latency(self) -> None:
+        client = self._client()
+        for proxy in self.proxies:
+            client.remove_latency(proxy.name)
+
+    def heal_all(self) -> None:
+        """Every node reachable and no toxic left: this cluster's proxies only (`reset` would clear every
+        proxy of the shared server)."""
+        client = self._client()
+        for proxy in self.proxies:
+            client.heal(proxy.name)
+            for toxic in client.toxics(proxy.name):
+                client.remove_toxic(proxy.name, toxic.name)
 
     def start(self, timeout_s: float = 300) -> KafkaCluster:
         for node in self.nodes:
@@ -187,6 +248,28 @@ class KafkaCluster:
         for node in self.nodes:
             with contextlib.suppress(Exception):
                 node.stop()
+        if self.toxiproxy is not None:
+            for proxy in self.proxies:
+                with contextlib.suppress(toxiproxy.ToxiproxyError):
+                    self.toxiproxy.client.delete_proxy(proxy.name)
+
+
+def _proxies_in_front_of(
+    client: toxiproxy.ToxiproxyClient, upstreams: list[int], nodes: list[tuple[int, int]]
+) -> list[toxiproxy.Proxy]:
+    """One proxy per upstream port, each on a loopback port the server picks (no race for a free port)."""
+    taken = {port for node in nodes for port in node}
+    tag = uuid.uuid4().hex[:8]
+    made: list[toxiproxy.Proxy] = []
+    for i, upstream in enumerate(upstreams, start=1):
+        name = f"kafka-{tag}-{i}"
+        made.append(client.create_proxy(name, 0, upstream))
+        # The nodes' ports were only drawn, not yet bound: the server may have been given one of them.
+        while made[-1].port in taken:
+            client.delete_proxy(name)
+            made[-1] = client.create_proxy(name, 0, upstream)
+        taken.add(made[-1].port)
+    return made
 
 
 @dataclass
@@ -234,6 +317,44 @@ class SeaweedProcess:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         seaweedfs.remove(self.server)
+
+
+@dataclass
+class ToxiproxyProcess:
+    """The cached Toxiproxy server with its API on a free loopback port, its log under
+    `$TRIALOG_HOME/test-toxiproxy/<id>`: stopped and deleted on exit. Proxies made through `client` listen
+    on 127.0.0.1 (port 0: one the server picks)."""
+
+    paths: Paths
+    port: int = field(default_factory=process.free_port)
+    server: toxiproxy.ToxiproxyServer = field(init=False)
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    @property
+    def client(self) -> toxiproxy.ToxiproxyClient:
+        return self.server.client()
+
+    def proxy(self, name: str, upstream: int | str, listen: int | str = 0) -> toxiproxy.Proxy:
+        """A proxy to `upstream` (a bare port is on 127.0.0.1); its `port` is where to connect."""
+        return self.client.create_proxy(name, listen, upstream)
+
+    def __enter__(self) -> ToxiproxyProcess:
+        home = self.paths.component("test-toxiproxy") / uuid.uuid4().hex[:8]
+        try:
+            self.server = toxiproxy.start(self.paths, home, self.port)
+        except StackError:
+            shutil.rmtree(home, ignore_errors=True)
+            raise
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.server.stop()
+        shutil.rmtree(self.server.home, ignore_errors=True)
 
 
 class LoopbackListener:

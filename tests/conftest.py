@@ -1,8 +1,9 @@
 """Shared fixtures. Tests under tests/unit are marked `unit`, those under tests/integration `integration`.
 
 Integration fixtures use the real components prepared by `trialog prepare` (which `make test` runs): the
-Docker engine, the locally built images, the cached Kafka jars and the Jaeger and SeaweedFS binaries.
-Nothing is mocked and nothing is skipped: a missing component is an error that says how to prepare it.
+Docker engine, the locally built images, the cached Kafka jars and the Jaeger, SeaweedFS and Toxiproxy
+binaries. Nothing is mocked and nothing is skipped: a missing component is an error that says how to
+prepare it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from ops.testing import (
     JaegerProcess,
     KafkaContainer,
     SeaweedProcess,
+    ToxiproxyProcess,
     leftover,
     use_stack_engine,
 )
@@ -101,3 +103,11 @@ def seaweedfs_server(stack_paths: Paths) -> Iterator[SeaweedServer]:
     each writes under its own key prefix."""
     with SeaweedProcess(stack_paths) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def toxiproxy_process(stack_paths: Paths) -> Iterator[ToxiproxyProcess]:
+    """One Toxiproxy server on loopback for the session; each test names its own proxies (a
+    `KafkaCluster(..., proxy=...)` gives its proxies a name of their own and deletes them when stopped)."""
+    with ToxiproxyProcess(stack_paths) as running:
+        yield running

@@ -65,13 +65,19 @@ def node_properties(
     node_id: int,
     data_dir: str,
     sasl_plain_users: Mapping[str, str] | None = None,
+    advertised: int | None = None,
 ) -> str:
     """Node `node_id` (from 1) of a cluster of combined broker+controller nodes with these (client,
     controller) ports; every listener on loopback, topics created only on purpose. Kafka's own topics
     (consumer offsets, transactions) get three replicas and two in sync on a cluster of three or more, as
     the run's topics do (`streams.kafka.topics.Durability`). With `sasl_plain_users` (name -> password)
     clients must authenticate with SASL/PLAIN (the first user is the brokers' own), as a secured cluster
-    asks of trialog's workers (`streams.kafka.clients.Security`)."""
+    asks of trialog's workers (`streams.kafka.clients.Security`).
+
+    `advertised` is the loopback port clients are told to reach the node at, when that is not its client
+    port: a proxy in front of it (the fault tests' Toxiproxy), so that every connection after the bootstrap
+    goes through the proxy too. The other brokers replicate through it as well (the inter-broker listener
+    is the advertised one); the controller listener stays direct."""
     broker, controller = nodes[node_id - 1]
     voters = ",".join(f"{i}@127.0.0.1:{c}" for i, (_, c) in enumerate(nodes, start=1))
     replication = min(3, len(nodes))
@@ -94,7 +100,7 @@ def node_properties(
             f"node.id={node_id}",
             f"controller.quorum.voters={voters}",
             f"listeners={listener}://127.0.0.1:{broker},CONTROLLER://127.0.0.1:{controller}",
-            f"advertised.listeners={listener}://127.0.0.1:{broker}",
+            f"advertised.listeners={listener}://127.0.0.1:{broker if advertised is None else advertised}",
             "controller.listener.names=CONTROLLER",
             f"listener.security.protocol.map={listener}:{listener},CONTROLLER:PLAINTEXT",
             f"inter.broker.listener.name={listener}",

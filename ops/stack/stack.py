@@ -9,7 +9,7 @@ from typing import Any
 
 from ops.console import say, step
 from ops.paths import Paths
-from ops.stack import docker_engine, images, jaeger, kafka, seaweedfs
+from ops.stack import docker_engine, images, jaeger, kafka, seaweedfs, toxiproxy
 from ops.stack.health import Health
 from streams.kafka.topics import ensure_topics
 
@@ -69,6 +69,9 @@ def prepare(config: StackConfig) -> None:
     # Not part of `up` (the stack's object store is a folder): the server the S3 store's tests start.
     with step("SeaweedFS binary, the tests' S3 server (go build once: minutes; then cached)"):
         say(f"   {seaweedfs.binary(paths)}")
+    # Not part of `up` either: the proxy the fault tests put in front of brokers to cut them off or slow them.
+    with step("Toxiproxy binary, the fault tests' network proxy (go build once, then cached)"):
+        say(f"   {toxiproxy.binary(paths)}")
 
 
 def up(config: StackConfig) -> None:

@@ -66,3 +66,20 @@ def test_a_sasl_broker_accepts_only_authenticated_clients() -> None:
     assert props["inter.broker.listener.name"] == "SASL_PLAINTEXT"
     jaas = props["listener.name.sasl_plaintext.plain.sasl.jaas.config"]
     assert 'username="broker" password="b-secret"' in jaas and 'user_trainer="t"' in jaas
+
+
+def test_a_node_behind_a_proxy_advertises_the_proxys_port_and_keeps_its_own_listeners() -> None:
+    from ops.stack.kafka import node_properties
+
+    nodes = [(19092, 19093), (19094, 19095), (19096, 19097)]
+    proxied = _parse(node_properties(nodes, 2, "/data", advertised=29094))
+    # Clients (and the other brokers: the inter-broker listener is the advertised one) come in by the proxy.
+    assert proxied["advertised.listeners"] == "PLAINTEXT://127.0.0.1:29094"
+    assert proxied["inter.broker.listener.name"] == "PLAINTEXT"
+    # It still listens on its own ports, and the quorum talks directly.
+    assert proxied["listeners"] == "PLAINTEXT://127.0.0.1:19094,CONTROLLER://127.0.0.1:19095"
+    assert proxied["controller.quorum.voters"] == "1@127.0.0.1:19093,2@127.0.0.1:19095,3@127.0.0.1:19097"
+    # Without one, it advertises its own client port, as before.
+    assert _parse(node_properties(nodes, 2, "/data"))["advertised.listeners"] == "PLAINTEXT://127.0.0.1:19094"
+    sasl = _parse(node_properties(nodes, 1, "/data", {"broker": "b"}, advertised=29092))
+    assert sasl["advertised.listeners"] == "SASL_PLAINTEXT://127.0.0.1:29092"
