@@ -249,7 +249,7 @@ class Chaos:
     def _cut_off_broker(self, record: dict[str, Any]) -> None:
         index = self.rng.randrange(len(self.cluster.nodes))
         record["target"] = f"broker {index + 1}"
-        self.cluster.cut_off(index)
+        self.cluster.cut(index)
         try:
             time.sleep(8)  # the fault lasts this long: shorter than a replica's lag limit (30 s)
         finally:
