@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -13,6 +11,7 @@ from pathlib import Path
 
 from ops import process
 from ops.paths import REPO_ROOT, Paths
+from ops.stack import go_tools
 from ops.stack.health import Health
 from streams.errors import StackError
 
@@ -56,38 +55,9 @@ class JaegerPorts:
 
 def binary(paths: Paths) -> Path:
     """Build the Jaeger binary once with `go build` against the pinned tool module; later calls reuse it."""
-    target = paths.cached("bin") / f"jaeger-{JAEGER_VERSION}"
-    if target.exists():
-        return target
-    go = go_command("Jaeger")
-    go_cache = paths.cached("go")
-    env = {
-        **os.environ,
-        "GOPATH": str(go_cache / "path"),
-        "GOMODCACHE": str(go_cache / "mod"),
-        "GOCACHE": str(go_cache / "build"),
-        "GOFLAGS": "-mod=readonly",
-        "CGO_ENABLED": "0",
-    }
-    partial = target.with_suffix(".partial")
-    argv = [go, "build", "-trimpath", "-o", str(partial), JAEGER_MODULE]
-    result = subprocess.run(argv, cwd=TOOL_MODULE_DIR, env=env, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise StackError(
-            f"building Jaeger {JAEGER_VERSION} failed:\n{result.stderr.strip()[-1500:]}",
-            "check that the Go module proxy is reachable (go env GOPROXY)",
-        )
-    partial.rename(target)
-    return target
-
-
-def go_command(what: str) -> str:
-    """The `go` command, to build `what` (for the error when there is none)."""
-    # Go's official tarball lives in /usr/local/go, which is not always on a non-login PATH.
-    for candidate in (shutil.which("go"), "/usr/local/go/bin/go"):
-        if candidate and Path(candidate).exists():
-            return candidate
-    raise StackError(f"Go is not installed, so {what} cannot be built", "install Go 1.26+ and retry")
+    return go_tools.build(
+        paths, f"Jaeger {JAEGER_VERSION}", f"jaeger-{JAEGER_VERSION}", TOOL_MODULE_DIR, JAEGER_MODULE
+    )
 
 
 def start(paths: Paths, ports: JaegerPorts) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import secrets
 import shutil
@@ -24,7 +23,7 @@ from pathlib import Path
 
 from ops import process
 from ops.paths import REPO_ROOT, Paths
-from ops.stack.jaeger import go_command
+from ops.stack import go_tools
 from streams.errors import StackError
 
 MODULE = "github.com/seaweedfs/seaweedfs"
@@ -45,28 +44,7 @@ def version() -> str:
 def binary(paths: Paths) -> Path:
     """Build `weed` once with `go build` against the pinned tool module (minutes: SeaweedFS is large);
     later calls reuse it."""
-    target = paths.cached("bin") / f"weed-{version()}"
-    if target.exists():
-        return target
-    go_cache = paths.cached("go")
-    env = {
-        **os.environ,
-        "GOPATH": str(go_cache / "path"),
-        "GOMODCACHE": str(go_cache / "mod"),
-        "GOCACHE": str(go_cache / "build"),
-        "GOFLAGS": "-mod=readonly",
-        "CGO_ENABLED": "0",
-    }
-    partial = target.with_suffix(".partial")
-    argv = [go_command("SeaweedFS"), "build", "-trimpath", "-o", str(partial), PACKAGE]
-    result = subprocess.run(argv, cwd=TOOL_MODULE_DIR, env=env, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise StackError(
-            f"building SeaweedFS {version()} failed:\n{result.stderr.strip()[-1500:]}",
-            "check that the Go module proxy is reachable (go env GOPROXY)",
-        )
-    partial.rename(target)
-    return target
+    return go_tools.build(paths, f"SeaweedFS {version()}", f"weed-{version()}", TOOL_MODULE_DIR, PACKAGE)
 
 
 @dataclass(frozen=True)

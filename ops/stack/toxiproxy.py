@@ -10,9 +10,7 @@ for by version: v2.12.0 is the newest it serves (newer ones answer "not availabl
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -22,7 +20,7 @@ from typing import Any, Literal
 
 from ops import process
 from ops.paths import REPO_ROOT, Paths
-from ops.stack.jaeger import go_command
+from ops.stack import go_tools
 from streams.errors import StackError
 
 MODULE = "github.com/Shopify/toxiproxy/v2"
@@ -46,30 +44,11 @@ def version() -> str:
 
 def binary(paths: Paths) -> Path:
     """Build `toxiproxy-server` once with `go build` against the pinned tool module; later calls reuse it."""
-    target = paths.cached("bin") / f"toxiproxy-server-{version()}"
-    if target.exists():
-        return target
-    go_cache = paths.cached("go")
-    env = {
-        **os.environ,
-        "GOPATH": str(go_cache / "path"),
-        "GOMODCACHE": str(go_cache / "mod"),
-        "GOCACHE": str(go_cache / "build"),
-        "GOFLAGS": "-mod=readonly",
-        "CGO_ENABLED": "0",
-    }
-    partial = target.with_suffix(".partial")
     # The server reports the version it was stamped with (`/version`, its log), "git" when not stamped.
-    stamp = f"-X {MODULE}.Version={version()}"
-    argv = [go_command("Toxiproxy"), "build", "-trimpath", "-ldflags", stamp, "-o", str(partial), PACKAGE]
-    result = subprocess.run(argv, cwd=TOOL_MODULE_DIR, env=env, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise StackError(
-            f"building Toxiproxy {version()} failed:\n{result.stderr.strip()[-1500:]}",
-            "check that the Go module proxy is reachable (go env GOPROXY)",
-        )
-    partial.rename(target)
-    return target
+    stamp = ["-ldflags", f"-X {MODULE}.Version={version()}"]
+    return go_tools.build(
+        paths, f"Toxiproxy {version()}", f"toxiproxy-server-{version()}", TOOL_MODULE_DIR, PACKAGE, stamp
+    )
 
 
 class ToxiproxyError(StackError):
