@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,7 @@ from streams.adapters import EventLogReader, FaustBus, FaustRows
 from streams.kafka import clients
 from streams.kafka.serving import METADATA_MAX_AGE_MS
 from streams.kafka.topics import Durability
+from streams.lease import Lease, OwnershipLapsed
 from streams.lifecycle import Grace, Health
 from streams.ports import Input
 from streams.rows import TaskCache
@@ -60,6 +62,7 @@ SESSION_TIMEOUT_S = 6.0
 HEARTBEAT_S = 2.0
 # How long the group waits for members to rejoin, and a broker request may take (>= the session: aiokafka).
 REQUEST_TIMEOUT_S = 10.0
+LEASE_MARGIN_S = 1.0
 # The longest the broker holds the worker's fetch when none of its partitions has data (see `tune_fetcher`).
 # Measured here: an idle worker spends 8% of a core on empty fetches with 10 ms (4% with 25 ms, 0.5% with
 # Faust's 1500 ms); under load 10 ms gave ~400 steps/s where 25 ms gave ~310 (same run, alternating).
@@ -126,6 +129,9 @@ def build_app(settings: Settings, health: Health | None = None) -> tuple[faust.A
         extra_topic_configs=settings.durability.topic_configs(),
     )
     rows = FaustRows(table)
+    # Writes only while the group recently confirmed this worker (streams.lease); the margin covers a
+    # write already on its way when the lease runs out.
+    lease = Lease(SESSION_TIMEOUT_S - LEASE_MARGIN_S)
     tasks = TaskCache(settings.bootstrap, topics.TASKS.of(run))
     worker = EpisodeWorker(
         rows=rows,
@@ -137,6 +143,7 @@ def build_app(settings: Settings, health: Health | None = None) -> tuple[faust.A
         before_row_write=_fault_from_env(),
         sampling=settings.sampling,
         grading=settings.grading,
+        owns=lease.held,
     )
     names = {topic_name(run, base): base for base in INPUTS}
     inputs = app.topic(*names, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
@@ -162,14 +169,19 @@ def build_app(settings: Settings, health: Health | None = None) -> tuple[faust.A
     async def process_batches() -> None:
         while True:
             events = await next_batch(queue, BATCH_MAX)
-            try:
-                partitions = assigned()  # recover new partitions only once their rows are restored
-                await worker.sync_assignment(partitions if settled() else partitions & worker.ready)
-                handled = await worker.handle_batch([_input(names, event.message) for event in events])
-            except Exception as exc:  # a batch that keeps failing: stop, a restart recovers from the log
-                log.exception("a batch failed for good; stopping the worker")
-                await app.crash(exc)
-                return
+            while True:  # the same batch again after a lapse of ownership, once it is confirmed
+                await owned(lease)
+                try:
+                    partitions = assigned()  # recover new partitions only once their rows are restored
+                    await worker.sync_assignment(partitions if settled() else partitions & worker.ready)
+                    handled = await worker.handle_batch([_input(names, event.message) for event in events])
+                except OwnershipLapsed:
+                    continue
+                except Exception as exc:  # a batch that keeps failing: stop, a restart recovers from the log
+                    log.exception("a batch failed for good; stopping the worker")
+                    await app.crash(exc)
+                    return
+                break
             for event, done in zip(events, handled, strict=True):
                 if done:  # a skipped input stays unacknowledged: read again from the committed offset
                     event.ack()
@@ -179,9 +191,10 @@ def build_app(settings: Settings, health: Health | None = None) -> tuple[faust.A
     async def tick() -> None:
         health.beat("episode-ticks")
         tune_fetcher(app)
+        renew_on_heartbeats(app, lease)
         ready = settled()
         health.ready("episodes", ready, "rebalancing, or recovering the table from its changelog")
-        if not ready:
+        if not ready or not lease.held():
             return
         try:
             await worker.sync_assignment(assigned())
@@ -199,6 +212,41 @@ def build_app(settings: Settings, health: Health | None = None) -> tuple[faust.A
 
     app.task(load_tasks)
     return app, worker
+
+
+async def owned(lease: Lease) -> None:
+    """Return once `lease` is held (at once, but for a worker back from a stall: then after the next
+    heartbeat the coordinator answers, or never if it was put out of the group, whose rebalance then takes
+    its partitions)."""
+    while not lease.held():
+        await asyncio.sleep(0.1)
+
+
+def renew_on_heartbeats(app: Any, lease: Lease) -> bool:
+    """Renew `lease` on every heartbeat of the app's consumer the coordinator answers without error; True
+    once attached (call it again until then). Faust makes the aiokafka consumer and its group coordinator
+    itself, in its consumer thread, so the coordinator's heartbeat is wrapped where it runs; a heartbeat
+    answered while the group rebalances does not renew (the coordinator asks the member to rejoin)."""
+    thread = getattr(app.consumer, "_thread", None)
+    consumer = getattr(thread, "_consumer", None)
+    coordinator = getattr(consumer, "_coordinator", None)
+    if coordinator is None or not hasattr(coordinator, "_do_heartbeat"):
+        return False
+    if getattr(coordinator, "_trialog_lease", None) is lease:
+        return True
+    beat = coordinator._do_heartbeat
+
+    async def heartbeat() -> bool:
+        sent = time.monotonic()
+        ok: bool = await beat()
+        rejoin = getattr(coordinator, "_rejoin_needed_fut", None)
+        if ok and (rejoin is None or not rejoin.done()):
+            lease.renew(sent)
+        return ok
+
+    coordinator._do_heartbeat = heartbeat
+    coordinator._trialog_lease = lease
+    return True
 
 
 def idempotent_producer() -> None:

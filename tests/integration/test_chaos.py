@@ -238,10 +238,11 @@ class Chaos:
         wait_for("the broker back in the cluster", lambda: self.cluster.alive() == 3, MOMENT_TIMEOUT_S, 1.0)
 
     def _latency(self, record: dict[str, Any]) -> None:
-        record["target"] = "every broker: 100 ms +- 50"
+        record["target"] = "every broker: 100 ms +- 50, at least 10 s"
         self.cluster.add_latency(100, 50)
         try:
             before = len(self.reader.poll().ended)
+            time.sleep(10)
             self.moment("an episode ending under latency", lambda v: len(v.ended) > before)
         finally:
             self.cluster.remove_latency()
@@ -264,6 +265,10 @@ class Chaos:
             time.sleep(8)  # past the streams workers' session timeout (6 s): their partitions move
         finally:
             process.send_signal(signal.SIGCONT)
+
+
+def _ended_at_least(count: int) -> Callable[[LogView], bool]:
+    return lambda view: len(view.ended) >= count
 
 
 @pytest.fixture
@@ -340,7 +345,10 @@ def test_a_run_of_200_episodes_survives_chaos_on_a_three_broker_cluster(
     try:
         chaos.moment("the first episode ending", lambda v: bool(v.ended))  # every worker serves by now
         rss_start = {name: processes.rss(name) for name in commands if name != "scheduler"}
-        for fault in order:
+        for number, fault in enumerate(order, start=1):
+            # Spread over the run: fault n once n / (faults + 1) of the episodes have ended.
+            due = EPISODES * number // (len(order) + 1)
+            chaos.moment(f"{due} episodes ended (fault {number})", _ended_at_least(due))
             chaos.inject(fault)
         scheduler = processes.running["scheduler"]
         wait_for(

@@ -422,3 +422,46 @@ def test_ticks_use_the_deadlines_indexed_at_recovery() -> None:
     asyncio.run(restarted.tick())
     request = world.requests("policy.requests")[-1]
     assert isinstance(request, PolicyRequest) and request.meta.attempt == 2
+
+
+def test_a_worker_whose_ownership_lapsed_writes_nothing_and_rejoins_from_the_log() -> None:
+    """A worker that stalled past its session (frozen, cut off) must not write for partitions that may have
+    moved: with its lease lapsed it appends nothing, forgets its partitions, and once the group confirms it
+    again it recovers them from the log, which holds what the other owner wrote meanwhile."""
+    from streams.lease import OwnershipLapsed
+
+    world = World()
+    owned = [True]
+    stalled = EpisodeWorker(
+        rows=world.rows, bus=world.log, tasks=Tasks(TASK), read_events=world.log.read_events,
+        origin=world.origin, clock=world.clock, owns=lambda: owned[0],
+    )  # fmt: skip
+    asyncio.run(stalled.sync_assignment({0}))
+    world.deliver(stalled, "episode.commands", start_command())
+    policy = _last(world, "policy.requests")
+    assert isinstance(policy, PolicyRequest)
+    answer = world.workers.act(policy)
+    before = {topic: len(records) for topic, records in world.log.topics.items()}
+
+    owned[0] = False
+    with pytest.raises(OwnershipLapsed):
+        world.deliver(stalled, "policy.results", answer)
+    assert {topic: len(records) for topic, records in world.log.topics.items()} == before
+    assert stalled.ready == set() and stalled.live == {}
+    asyncio.run(stalled.sync_assignment({0}))  # nothing is recovered while ownership is not confirmed
+    assert stalled.ready == set()
+
+    # Meanwhile the partition's new owner takes the same answer and goes on.
+    successor = world.worker()
+    world.deliver(successor, "policy.results", answer)
+    assert isinstance(_last(world, "sandbox.requests"), SandboxRequest)
+
+    # Confirmed again (the partition came back to it): recovered from the log, the answer is a repeat.
+    owned[0] = True
+    asyncio.run(stalled.sync_assignment({0}))
+    assert stalled.ready == {0}
+    appended = len(world.log.values("episode.events"))
+    world.deliver(stalled, "policy.results", answer)
+    assert len(world.log.values("episode.events")) == appended
+    report = verify_chain(world.log.values("episode.events"), CODEC)
+    assert report.ok and report.duplicates == 0, report
