@@ -170,7 +170,17 @@ def build_app(settings: Settings, health: Health | None = None) -> tuple[faust.A
         while True:
             events = await next_batch(queue, BATCH_MAX)
             while True:  # the same batch again after a lapse of ownership, once it is confirmed
-                await owned(lease)
+                if not await owned(lease, lambda: bool(app.rebalancing)):
+                    # Let go of the batch and of everything queued, unacknowledged: Faust's rebalance waits
+                    # until no event it handed out is referenced (`stream_wait_empty`), and the partitions'
+                    # owner after it reads them again from the committed offsets (this worker too, if
+                    # it keeps them).
+                    dropped = len(events) + drain(queue)
+                    log.warning(
+                        "not confirmed as owner while the group rebalances: %d inputs let go", dropped
+                    )
+                    events, handled = [], []
+                    break
                 try:
                     partitions = assigned()  # recover new partitions only once their rows are restored
                     await worker.sync_assignment(partitions if settled() else partitions & worker.ready)
@@ -214,12 +224,24 @@ def build_app(settings: Settings, health: Health | None = None) -> tuple[faust.A
     return app, worker
 
 
-async def owned(lease: Lease) -> None:
-    """Return once `lease` is held (at once, but for a worker back from a stall: then after the next
-    heartbeat the coordinator answers, or never if it was put out of the group, whose rebalance then takes
-    its partitions)."""
+async def owned(lease: Lease, rebalancing: Callable[[], bool]) -> bool:
+    """True once `lease` is held (at once, but for a worker back from a stall: then after the next heartbeat
+    the coordinator answers); False if the group rebalances meanwhile (the worker was put out, or another
+    joined), whose end decides which partitions the worker owns."""
     while not lease.held():
+        if rebalancing():
+            return False
         await asyncio.sleep(0.1)
+    return True
+
+
+def drain(queue: asyncio.Queue[Any]) -> int:
+    """Empty `queue` without waiting; how many items it held."""
+    count = 0
+    while not queue.empty():
+        queue.get_nowait()
+        count += 1
+    return count
 
 
 def renew_on_heartbeats(app: Any, lease: Lease) -> bool:

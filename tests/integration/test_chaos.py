@@ -7,7 +7,8 @@ three Kafka brokers, while a bounded chaos loop injects, one at a time and in a 
 * SIGKILL of one broker of three, started again once episodes have ended without it;
 * network faults on loopback through Toxiproxy, which every client and the brokers' replication go through:
   latency on every broker's connections, and one broker cut off from all of them, then healed;
-* a worker frozen (SIGSTOP) for seconds, then let go: from the run's point of view a worker cut off.
+* a worker frozen (SIGSTOP) for seconds, then let go: from the run's point of view a worker cut off (a
+  streams worker among them, frozen past its session: its partitions move, and back, it must not write).
 
 Each fault waits for a moment when episodes are in flight, and some episode must end after it before the
 next (so faults never pile up, however slow the machine). At the end `trialog audit` must report lost 0,
@@ -59,7 +60,7 @@ RUN_TIMEOUT_S = 1500.0
 FAULTS = (
     "kill streams", "kill sandbox", "kill rollout", "kill verifier", "kill scheduler", "kill container",
     "kill broker", "latency", "cut off broker", "freeze worker",
-    "kill streams", "kill sandbox", "kill container", "freeze worker",
+    "kill streams", "kill sandbox", "kill container", "freeze streams",
 )  # fmt: skip
 # A worker's resident memory at the end may grow from its start by this factor plus this many bytes
 # (caches filling up); a leak over a run grows without bound.
@@ -257,7 +258,17 @@ class Chaos:
             self.cluster.heal(index)
 
     def _freeze_worker(self, record: dict[str, Any]) -> None:
-        name = self.rng.choice(["streams-a", "streams-b", "sandbox-a", "sandbox-b", "rollout", "verifier"])
+        self._freeze(
+            self.rng.choice(["streams-a", "streams-b", "sandbox-a", "sandbox-b", "rollout", "verifier"]),
+            record,
+        )
+
+    def _freeze_streams(self, record: dict[str, Any]) -> None:
+        """A streams worker stalled past its session: its partitions move, and when it runs again it must
+        not write for them (`streams.lease`)."""
+        self._freeze(self.rng.choice(["streams-a", "streams-b"]), record)
+
+    def _freeze(self, name: str, record: dict[str, Any]) -> None:
         record["target"] = self.processes.instance(name)
         process = self.processes.alive_one(name)
         process.send_signal(signal.SIGSTOP)
