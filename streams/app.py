@@ -166,21 +166,24 @@ def build_app(settings: Settings, health: Health | None = None) -> tuple[faust.A
         recovery: Any = getattr(app.tables, "recovery", None)
         return not app.rebalancing and recovery is not None and recovery.completed.is_set()
 
+    # Partition -> the first offset let go of (below): read again once ownership is confirmed.
+    reread: dict[Any, int] = {}
+
     async def process_batches() -> None:
         while True:
             events = await next_batch(queue, BATCH_MAX)
             while True:  # the same batch again after a lapse of ownership, once it is confirmed
                 if not await owned(lease, lambda: bool(app.rebalancing)):
                     # Let go of the batch and of everything queued, unacknowledged: Faust's rebalance waits
-                    # until no event it handed out is referenced (`stream_wait_empty`), and the partitions'
-                    # owner after it reads them again from the committed offsets (this worker too, if
-                    # it keeps them).
-                    dropped = len(events) + drain(queue)
-                    log.warning(
-                        "not confirmed as owner while the group rebalances: %d inputs let go", dropped
-                    )
+                    # until no event it handed out is referenced (`stream_wait_empty`). A new owner reads
+                    # them from the committed offset; this worker, if it keeps the partition, seeks back
+                    # to them (Faust would otherwise commit past them as soon as a later one is acked).
+                    count = let_go(events, queue, reread)
+                    log.warning("not owner-confirmed while the group rebalances: let go of %d", count)
                     events, handled = [], []
                     break
+                if reread:
+                    await seek_back(app, reread, commands)
                 try:
                     partitions = assigned()  # recover new partitions only once their rows are restored
                     await worker.sync_assignment(partitions if settled() else partitions & worker.ready)
@@ -235,13 +238,27 @@ async def owned(lease: Lease, rebalancing: Callable[[], bool]) -> bool:
     return True
 
 
-def drain(queue: asyncio.Queue[Any]) -> int:
-    """Empty `queue` without waiting; how many items it held."""
-    count = 0
-    while not queue.empty():
-        queue.get_nowait()
-        count += 1
-    return count
+def let_go(events: list[Any], queue: asyncio.Queue[Any], reread: dict[Any, int]) -> int:
+    """Drop `events` and everything queued, keeping in `reread` the first offset of each partition dropped;
+    how many. No reference to them outlives this call: Faust's rebalance waits for the events it handed
+    out until they are acknowledged or garbage (its unacknowledged set is weak)."""
+    dropped = [*events, *(queue.get_nowait() for _ in range(queue.qsize()))]
+    events.clear()
+    for event in dropped:
+        tp, offset = event.message.tp, event.message.offset
+        reread[tp] = min(offset, reread.get(tp, offset))
+    return len(dropped)
+
+
+async def seek_back(app: Any, reread: dict[Any, int], commands: str) -> None:
+    """Seek the app's consumer back to the offsets in `reread` of the partitions it still has (the others'
+    owners read them from the committed offsets), and forget them all."""
+    assigned = {tp.partition for tp in app.assignor.assigned_actives() if tp.topic == commands}
+    for tp, offset in sorted(reread.items()):
+        if tp.partition in assigned:
+            log.info("reading %s[%d] again from offset %d", tp.topic, tp.partition, offset)
+            await app.consumer.seek(tp, offset)
+    reread.clear()
 
 
 def renew_on_heartbeats(app: Any, lease: Lease) -> bool:
