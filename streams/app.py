@@ -210,6 +210,8 @@ def build_app(settings: Settings, health: Health | None = None) -> tuple[faust.A
         if not ready or not lease.held():
             return
         try:
+            if reread:  # here too: the inputs let go of may be all there is to read on those partitions
+                await seek_back(app, reread, commands)
             await worker.sync_assignment(assigned())
             await worker.tick()
         except Exception:
