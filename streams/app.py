@@ -195,9 +195,8 @@ def build_app(settings: Settings, health: Health | None = None) -> tuple[faust.A
                     await app.crash(exc)
                     return
                 break
-            for event, done in zip(events, handled, strict=True):
-                if done:  # a skipped input stays unacknowledged: read again from the committed offset
-                    event.ack()
+            settle(events, handled, reread)
+            events = []  # while the next batch is awaited, nothing of this one may be held (see `let_go`)
 
     app.task(process_batches)
 
@@ -247,9 +246,26 @@ def let_go(events: list[Any], queue: asyncio.Queue[Any], reread: dict[Any, int])
     dropped = [*events, *(queue.get_nowait() for _ in range(queue.qsize()))]
     events.clear()
     for event in dropped:
-        tp, offset = event.message.tp, event.message.offset
-        reread[tp] = min(offset, reread.get(tp, offset))
+        keep_for_reread(event, reread)
     return len(dropped)
+
+
+def settle(events: list[Any], handled: list[bool], reread: dict[Any, int]) -> None:
+    """Acknowledge the handled inputs of a batch; remember the skipped ones (their partition not recovered
+    here) to be read again, here or by their partition's new owner. A function, so that no reference to
+    the events outlives it (see `let_go`)."""
+    for event, done in zip(events, handled, strict=True):
+        if done:
+            event.ack()
+        else:
+            keep_for_reread(event, reread)
+
+
+def keep_for_reread(event: Any, reread: dict[Any, int]) -> None:
+    """Remember an input left unacknowledged, to be read again (`seek_back`). Leaving it is not enough:
+    Faust commits a partition's offset past an unacknowledged event once a later one is acknowledged."""
+    tp, offset = event.message.tp, event.message.offset
+    reread[tp] = min(offset, reread.get(tp, offset))
 
 
 async def seek_back(app: Any, reread: dict[Any, int], commands: str) -> None:
