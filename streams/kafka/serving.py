@@ -13,6 +13,7 @@ answer per request key and ignores the repeat.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -45,6 +46,8 @@ VALUE_LIMIT = 512 * 1024
 CONNECT_FIRST_WAIT_S = 0.5
 CONNECT_MAX_WAIT_S = 8.0
 CONNECT_TRY_MS = 5_000
+# A consumer outside a settled generation this long subscribes afresh (see `serve_requests`).
+REJOIN_AFTER_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,11 +170,30 @@ def serve_requests(
         serve(record, producer)
         health.beat(topic)
 
+    unstable_since: float | None = None
     try:
         health.ready(topic)
         while not stopping.is_set():
             health.beat(topic)
             polled = poll(consumer, settings.poll_timeout_ms, stopping)
+            if polled and not group_stable(consumer):
+                # Not (or no longer) a member of a settled generation: what is served now could not be
+                # committed, and would be served again (a grading redone every second). Put the records
+                # back and poll, which completes the rejoin; a consumer that stays outside its group
+                # (seen with kafka-python after a session lapse on a loaded machine: its group Empty, its
+                # commits refused as "rebalancing" for minutes) subscribes afresh.
+                rewind(consumer, polled)
+                now = time.monotonic()
+                unstable_since = unstable_since or now
+                if now - unstable_since > REJOIN_AFTER_S:
+                    log.warning("%s: still outside its group after %.0f s; subscribing again", topic,
+                                now - unstable_since)  # fmt: skip
+                    consumer.unsubscribe()
+                    if not subscribe_when_known(consumer, topic, stopping, say):
+                        return
+                    unstable_since = None
+                continue
+            unstable_since = None
             if prepare is not None and polled and settings.batch_linger_ms > 0:
                 polled = lingered(consumer, polled, settings, stopping)
             if prepare is not None and polled:
@@ -254,6 +276,27 @@ def lingered(
             merged.setdefault(partition, []).extend(records)
             count += len(records)
     return merged
+
+
+def group_stable(consumer: Any) -> bool:
+    """Whether the consumer is a member of a settled generation of its group (True when kafka-python does
+    not say: a consumer without a group, or another version)."""
+    coordinator = getattr(consumer, "_coordinator", None)
+    stable = getattr(coordinator, "generation_if_stable", None)
+    if coordinator is None or stable is None or not getattr(consumer, "_subscription", None):
+        return True
+    subscription = consumer._subscription
+    if not subscription.partitions_auto_assigned():
+        return True
+    return stable() is not None
+
+
+def rewind(consumer: Any, polled: Mapping[Any, Sequence[Any]]) -> None:
+    """Seek each polled partition back to its first polled record (read again by a later poll)."""
+    for partition, records in polled.items():
+        if records:
+            with contextlib.suppress(KafkaError, AssertionError, ValueError):
+                consumer.seek(partition, records[0].offset)
 
 
 def serve_in_order(
