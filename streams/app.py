@@ -117,6 +117,11 @@ def build_app(settings: Settings, health: Health | None = None) -> tuple[faust.A
         broker_session_timeout=SESSION_TIMEOUT_S,
         broker_heartbeat_interval=HEARTBEAT_S,
         broker_rebalance_timeout=REQUEST_TIMEOUT_S,
+        # A rebalance does not wait for the events handed out to be acknowledged: those the worker lets go
+        # of are read again from the committed offset, by their partition's owner (`let_go`); and Faust's
+        # wait holds up the rebalance for as long as its stream keeps the last event it handed out, which
+        # for an event let go of is until the next input, which a rebalance does not bring.
+        stream_wait_empty=False,
         broker_request_timeout=REQUEST_TIMEOUT_S,
     )
     table = app.Table(
@@ -143,7 +148,9 @@ def build_app(settings: Settings, health: Health | None = None) -> tuple[faust.A
         before_row_write=_fault_from_env(),
         sampling=settings.sampling,
         grading=settings.grading,
-        owns=lease.held,
+        # Nothing is written while the group rebalances either: a batch under way when it starts stops
+        # (its partitions may be given to another worker the moment this one rejoins).
+        owns=lambda: lease.held() and not app.rebalancing,
     )
     names = {topic_name(run, base): base for base in INPUTS}
     inputs = app.topic(*names, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
@@ -206,7 +213,7 @@ def build_app(settings: Settings, health: Health | None = None) -> tuple[faust.A
         renew_on_heartbeats(app, lease)
         ready = settled()
         health.ready("episodes", ready, "rebalancing, or recovering the table from its changelog")
-        if not ready or not lease.held():
+        if not ready or not lease.held():  # (`settled` implies no rebalance)
             return
         try:
             if reread:  # here too: the inputs let go of may be all there is to read on those partitions
@@ -230,9 +237,9 @@ def build_app(settings: Settings, health: Health | None = None) -> tuple[faust.A
 
 async def owned(lease: Lease, rebalancing: Callable[[], bool]) -> bool:
     """True once `lease` is held (at once, but for a worker back from a stall: then after the next heartbeat
-    the coordinator answers); False if the group rebalances meanwhile (the worker was put out, or another
-    joined), whose end decides which partitions the worker owns."""
-    while not lease.held():
+    the coordinator answers); False while the group rebalances (the worker was put out, or another
+    joined): its end decides which partitions the worker owns, and nothing is written meanwhile."""
+    while not lease.held() or rebalancing():
         if rebalancing():
             return False
         await asyncio.sleep(0.1)

@@ -167,7 +167,7 @@ def test_letting_go_of_a_batch_keeps_each_partitions_first_offset_and_no_referen
     assert len(watch) == 0  # Faust's rebalance waits for these until they are garbage
 
 
-def test_ownership_is_awaited_unless_the_group_rebalances() -> None:
+def test_ownership_is_awaited_and_never_taken_while_the_group_rebalances() -> None:
     from streams.app import owned
     from streams.lease import Lease
 
@@ -176,4 +176,5 @@ def test_ownership_is_awaited_unless_the_group_rebalances() -> None:
     lease.renew(90.0)  # lapsed
     assert asyncio.run(owned(lease, lambda: True)) is False
     lease.renew(99.0)
-    assert asyncio.run(owned(lease, lambda: True)) is True
+    assert asyncio.run(owned(lease, lambda: True)) is False  # nothing is written while it rebalances
+    assert asyncio.run(owned(lease, lambda: False)) is True
