@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +42,6 @@ from streams.adapters import EventLogReader, FaustBus, FaustRows
 from streams.kafka import clients
 from streams.kafka.serving import METADATA_MAX_AGE_MS
 from streams.kafka.topics import Durability
-from streams.lease import Lease, OwnershipLapsed
 from streams.lifecycle import Grace, Health
 from streams.ports import Input
 from streams.rows import TaskCache
@@ -62,7 +60,6 @@ SESSION_TIMEOUT_S = 6.0
 HEARTBEAT_S = 2.0
 # How long the group waits for members to rejoin, and a broker request may take (>= the session: aiokafka).
 REQUEST_TIMEOUT_S = 10.0
-LEASE_MARGIN_S = 1.0
 # The longest the broker holds the worker's fetch when none of its partitions has data (see `tune_fetcher`).
 # Measured here: an idle worker spends 8% of a core on empty fetches with 10 ms (4% with 25 ms, 0.5% with
 # Faust's 1500 ms); under load 10 ms gave ~400 steps/s where 25 ms gave ~310 (same run, alternating).
@@ -117,11 +114,6 @@ def build_app(settings: Settings, health: Health | None = None) -> tuple[faust.A
         broker_session_timeout=SESSION_TIMEOUT_S,
         broker_heartbeat_interval=HEARTBEAT_S,
         broker_rebalance_timeout=REQUEST_TIMEOUT_S,
-        # A rebalance does not wait for the events handed out to be acknowledged: those the worker lets go
-        # of are read again from the committed offset, by their partition's owner (`let_go`); and Faust's
-        # wait holds up the rebalance for as long as its stream keeps the last event it handed out, which
-        # for an event let go of is until the next input, which a rebalance does not bring.
-        stream_wait_empty=False,
         broker_request_timeout=REQUEST_TIMEOUT_S,
     )
     table = app.Table(
@@ -134,9 +126,6 @@ def build_app(settings: Settings, health: Health | None = None) -> tuple[faust.A
         extra_topic_configs=settings.durability.topic_configs(),
     )
     rows = FaustRows(table)
-    # Writes only while the group recently confirmed this worker (streams.lease); the margin covers a
-    # write already on its way when the lease runs out.
-    lease = Lease(SESSION_TIMEOUT_S - LEASE_MARGIN_S)
     tasks = TaskCache(settings.bootstrap, topics.TASKS.of(run))
     worker = EpisodeWorker(
         rows=rows,
@@ -148,9 +137,6 @@ def build_app(settings: Settings, health: Health | None = None) -> tuple[faust.A
         before_row_write=_fault_from_env(),
         sampling=settings.sampling,
         grading=settings.grading,
-        # Nothing is written while the group rebalances either: a batch under way when it starts stops
-        # (its partitions may be given to another worker the moment this one rejoins).
-        owns=lambda: lease.held() and not app.rebalancing,
     )
     names = {topic_name(run, base): base for base in INPUTS}
     inputs = app.topic(*names, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
@@ -173,51 +159,31 @@ def build_app(settings: Settings, health: Health | None = None) -> tuple[faust.A
         recovery: Any = getattr(app.tables, "recovery", None)
         return not app.rebalancing and recovery is not None and recovery.completed.is_set()
 
-    # Partition -> the first offset let go of (below): read again once ownership is confirmed.
-    reread: dict[Any, int] = {}
-
     async def process_batches() -> None:
         while True:
             events = await next_batch(queue, BATCH_MAX)
-            while True:  # the same batch again after a lapse of ownership, once it is confirmed
-                if not await owned(lease, lambda: bool(app.rebalancing)):
-                    # Let go of the batch and of everything queued, unacknowledged: Faust's rebalance waits
-                    # until no event it handed out is referenced (`stream_wait_empty`). A new owner reads
-                    # them from the committed offset; this worker, if it keeps the partition, seeks back
-                    # to them (Faust would otherwise commit past them as soon as a later one is acked).
-                    count = let_go(events, queue, reread)
-                    log.warning("not owner-confirmed while the group rebalances: let go of %d", count)
-                    events, handled = [], []
-                    break
-                if reread:
-                    await seek_back(app, reread, commands)
-                try:
-                    partitions = assigned()  # recover new partitions only once their rows are restored
-                    await worker.sync_assignment(partitions if settled() else partitions & worker.ready)
-                    handled = await worker.handle_batch([_input(names, event.message) for event in events])
-                except OwnershipLapsed:
-                    continue
-                except Exception as exc:  # a batch that keeps failing: stop, a restart recovers from the log
-                    log.exception("a batch failed for good; stopping the worker")
-                    await app.crash(exc)
-                    return
-                break
-            settle(events, handled, reread)
-            events = []  # while the next batch is awaited, nothing of this one may be held (see `let_go`)
+            try:
+                partitions = assigned()  # recover new partitions only once their rows are restored
+                await worker.sync_assignment(partitions if settled() else partitions & worker.ready)
+                handled = await worker.handle_batch([_input(names, event.message) for event in events])
+            except Exception as exc:  # a batch that keeps failing: stop, a restart recovers from the log
+                log.exception("a batch failed for good; stopping the worker")
+                await app.crash(exc)
+                return
+            for event, done in zip(events, handled, strict=True):
+                if done:  # a skipped input stays unacknowledged: read again from the committed offset
+                    event.ack()
 
     app.task(process_batches)
 
     async def tick() -> None:
         health.beat("episode-ticks")
         tune_fetcher(app)
-        renew_on_heartbeats(app, lease)
         ready = settled()
         health.ready("episodes", ready, "rebalancing, or recovering the table from its changelog")
-        if not ready or not lease.held():  # (`settled` implies no rebalance)
+        if not ready:
             return
         try:
-            if reread:  # here too: the inputs let go of may be all there is to read on those partitions
-                await seek_back(app, reread, commands)
             await worker.sync_assignment(assigned())
             await worker.tick()
         except Exception:
@@ -233,84 +199,6 @@ def build_app(settings: Settings, health: Health | None = None) -> tuple[faust.A
 
     app.task(load_tasks)
     return app, worker
-
-
-async def owned(lease: Lease, rebalancing: Callable[[], bool]) -> bool:
-    """True once `lease` is held (at once, but for a worker back from a stall: then after the next heartbeat
-    the coordinator answers); False while the group rebalances (the worker was put out, or another
-    joined): its end decides which partitions the worker owns, and nothing is written meanwhile."""
-    while not lease.held() or rebalancing():
-        if rebalancing():
-            return False
-        await asyncio.sleep(0.1)
-    return True
-
-
-def let_go(events: list[Any], queue: asyncio.Queue[Any], reread: dict[Any, int]) -> int:
-    """Drop `events` and everything queued, keeping in `reread` the first offset of each partition dropped;
-    how many. No reference to them outlives this call: Faust's rebalance waits for the events it handed
-    out until they are acknowledged or garbage (its unacknowledged set is weak)."""
-    dropped = [*events, *(queue.get_nowait() for _ in range(queue.qsize()))]
-    events.clear()
-    for event in dropped:
-        keep_for_reread(event, reread)
-    return len(dropped)
-
-
-def settle(events: list[Any], handled: list[bool], reread: dict[Any, int]) -> None:
-    """Acknowledge the handled inputs of a batch; remember the skipped ones (their partition not recovered
-    here) to be read again, here or by their partition's new owner. A function, so that no reference to
-    the events outlives it (see `let_go`)."""
-    for event, done in zip(events, handled, strict=True):
-        if done:
-            event.ack()
-        else:
-            keep_for_reread(event, reread)
-
-
-def keep_for_reread(event: Any, reread: dict[Any, int]) -> None:
-    """Remember an input left unacknowledged, to be read again (`seek_back`). Leaving it is not enough:
-    Faust commits a partition's offset past an unacknowledged event once a later one is acknowledged."""
-    tp, offset = event.message.tp, event.message.offset
-    reread[tp] = min(offset, reread.get(tp, offset))
-
-
-async def seek_back(app: Any, reread: dict[Any, int], commands: str) -> None:
-    """Seek the app's consumer back to the offsets in `reread` of the partitions it still has (the others'
-    owners read them from the committed offsets), and forget them all."""
-    assigned = {tp.partition for tp in app.assignor.assigned_actives() if tp.topic == commands}
-    for tp, offset in sorted(reread.items()):
-        if tp.partition in assigned:
-            log.info("reading %s[%d] again from offset %d", tp.topic, tp.partition, offset)
-            await app.consumer.seek(tp, offset)
-    reread.clear()
-
-
-def renew_on_heartbeats(app: Any, lease: Lease) -> bool:
-    """Renew `lease` on every heartbeat of the app's consumer the coordinator answers without error; True
-    once attached (call it again until then). Faust makes the aiokafka consumer and its group coordinator
-    itself, in its consumer thread, so the coordinator's heartbeat is wrapped where it runs; a heartbeat
-    answered while the group rebalances does not renew (the coordinator asks the member to rejoin)."""
-    thread = getattr(app.consumer, "_thread", None)
-    consumer = getattr(thread, "_consumer", None)
-    coordinator = getattr(consumer, "_coordinator", None)
-    if coordinator is None or not hasattr(coordinator, "_do_heartbeat"):
-        return False
-    if getattr(coordinator, "_trialog_lease", None) is lease:
-        return True
-    beat = coordinator._do_heartbeat
-
-    async def heartbeat() -> bool:
-        sent = time.monotonic()
-        ok: bool = await beat()
-        rejoin = getattr(coordinator, "_rejoin_needed_fut", None)
-        if ok and (rejoin is None or not rejoin.done()):
-            lease.renew(sent)
-        return ok
-
-    coordinator._do_heartbeat = heartbeat
-    coordinator._trialog_lease = lease
-    return True
 
 
 def idempotent_producer() -> None:

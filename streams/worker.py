@@ -110,7 +110,6 @@ from schemas.requests import PolicyRequest, SamplingParams, SandboxRequest, Veri
 from schemas.state import EpisodeState
 from schemas.trajectories import TrajectoryCompleted
 from streams import owner
-from streams.lease import OwnershipLapsed
 from streams.owner import Appended, Effects, OwnerError, OwnerState, Request, TaskInfo, resume
 from streams.ports import Bus, EventReader, Headers, Input, Rows, Tasks
 from streams.rows import Row, sampling_for
@@ -177,7 +176,6 @@ class EpisodeWorker:
         retry_backoff_s: tuple[float, float] = RETRY_BACKOFF_S,
         sampling: SamplingParams | None = None,
         grading: StepGrading = NO_STEP_GRADING,
-        owns: Callable[[], bool] = lambda: True,
     ) -> None:
         self.rows = rows
         self.bus = bus
@@ -192,9 +190,6 @@ class EpisodeWorker:
         self.sampling = sampling or SamplingParams()
         # Which intermediate workspaces go to progress.requests (process rewards; off by default).
         self.grading = grading
-        # Whether this worker is known to still own its partitions (`streams.lease`): asked before every
-        # write, so that a worker that stalled past its session never writes for partitions that moved.
-        self.owns = owns
         self.ready: set[int] = set()  # partitions recovered since they were assigned
         self.live: dict[str, Row] = {}  # rows of the episodes in flight on ready partitions
         self.watermarks: dict[int, int] = {}  # partition -> W (see the module doc)
@@ -213,11 +208,7 @@ class EpisodeWorker:
         async with self.lock:
             self._forget(self.ready - assigned)
             for partition in sorted(assigned - self.ready):
-                try:
-                    await self._recover(partition)
-                except OwnershipLapsed:  # recovered once ownership is confirmed again
-                    self._lapse()
-                    return
+                await self._recover(partition)
 
     def _forget(self, partitions: set[int]) -> None:
         if not partitions:
@@ -332,9 +323,6 @@ class EpisodeWorker:
                     work = await self._decide_all(inputs)
                     await self._commit(work)
                     return handled
-                except OwnershipLapsed:
-                    self._lapse()
-                    raise
                 except Exception:
                     if attempt >= MAX_BATCH_ATTEMPTS:
                         raise
@@ -345,16 +333,6 @@ class EpisodeWorker:
                     await asyncio.sleep(delay)
                     delay, attempt = min(2 * delay, self.retry_backoff_s[1]), attempt + 1
                     await self._rebuild(partitions)
-
-    def _lapse(self) -> None:
-        """Ownership is no longer known: forget every partition (what memory holds of them may be behind
-        the log now). Those still assigned once ownership is confirmed again are recovered from the table
-        and the log (`sync_assignment`), which holds whatever of an interrupted commit was appended."""
-        log.warning(
-            "ownership lease lapsed; forgetting partitions %s until the group confirms them", self.ready
-        )
-        self._count("lease_lapses")
-        self._forget(set(self.ready))
 
     async def _rebuild(self, partitions: set[int]) -> None:
         """Forget what memory holds of `partitions` and recover them from the table and the log."""
@@ -476,8 +454,6 @@ class EpisodeWorker:
                     log.exception("tick of episode %s failed", key)
             try:
                 await self._commit(work)
-            except OwnershipLapsed:
-                self._lapse()
             except Exception:
                 log.exception("a tick failed; rebuilding (the next tick decides again)")
                 await self._rebuild({row.partition for row in work.rows.values()} & self.ready)
@@ -516,20 +492,15 @@ class EpisodeWorker:
             work.logged.append((effects.state.episode, effects.events))
 
     async def _commit(self, work: _Work) -> None:
-        """Send every record, await every ack (one flush), then write each changed row once; nothing at
-        all unless this worker still owns its partitions (`OwnershipLapsed`, asked before each record)."""
-        acks = []
-        for topic, record_key, value, _, headers in work.records:
-            if not self.owns():
-                raise OwnershipLapsed(f"not confirmed as the owner before sending to {topic}")
-            acks.append(await self.bus.send(topic, record_key, value, headers))
+        """Send every record, await every ack (one flush), then write each changed row once."""
+        acks = [
+            await self.bus.send(topic, key, value, headers) for topic, key, value, _, headers in work.records
+        ]
         offsets = await asyncio.gather(*acks)
         if not work.rows:
             return
         if self.before_row_write is not None:
             self.before_row_write()
-        if not self.owns():
-            raise OwnershipLapsed("not confirmed as the owner before writing rows")
         written = {
             key: replace(row, watermark=self.watermarks.get(row.partition, -1))
             for key, row in work.rows.items()

@@ -142,39 +142,3 @@ def test_a_batch_is_everything_queued_up_to_the_limit() -> None:
         return [await next_batch(queue, 5), await next_batch(queue, 5)]
 
     assert asyncio.run(scenario()) == [[0, 1, 2, 3, 4], [5, 6]]
-
-
-def test_letting_go_of_a_batch_keeps_each_partitions_first_offset_and_no_reference() -> None:
-    import gc
-    import weakref
-    from types import SimpleNamespace
-
-    from streams.app import let_go
-
-    class Event:
-        def __init__(self, tp: str, offset: int) -> None:
-            self.message = SimpleNamespace(tp=tp, offset=offset)
-
-    queue: asyncio.Queue[Event] = asyncio.Queue()
-    batch = [Event("a", 7), Event("a", 8)]
-    queue.put_nowait(Event("b", 3))
-    queue.put_nowait(Event("a", 9))
-    watch = weakref.WeakSet([*batch, *queue._queue])  # type: ignore[attr-defined]
-    reread = {"b": 5}
-    assert let_go(batch, queue, reread) == 4
-    assert reread == {"a": 7, "b": 3} and batch == [] and queue.empty()
-    gc.collect()
-    assert len(watch) == 0  # Faust's rebalance waits for these until they are garbage
-
-
-def test_ownership_is_awaited_and_never_taken_while_the_group_rebalances() -> None:
-    from streams.app import owned
-    from streams.lease import Lease
-
-    now = [100.0]
-    lease = Lease(5.0, lambda: now[0])
-    lease.renew(90.0)  # lapsed
-    assert asyncio.run(owned(lease, lambda: True)) is False
-    lease.renew(99.0)
-    assert asyncio.run(owned(lease, lambda: True)) is False  # nothing is written while it rebalances
-    assert asyncio.run(owned(lease, lambda: False)) is True
