@@ -36,17 +36,20 @@ def test_a_streams_worker_serves_its_probes_and_stops_on_sigterm(
     command = [
         sys.executable, "-m", "ops.cli", "worker", "streams", "--bootstrap", kafka_bootstrap, "--run", run,
         "--data-dir", str(tmp_path / "data"), "--instance", "probes-1", "--health-port", str(port),
-        "--grace-s", "20",
+        "--grace-s", "90",
     ]  # fmt: skip
     with log.open("wb") as out:
         worker = subprocess.Popen(command, cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT)
     try:
         assert wait_until(lambda: _probe(port, "/readyz")[0] == 200, timeout_s=120), log.read_text()[-3000:]
-        assert _probe(port, "/readyz")[1] == {"ok": True, "episodes": "ready"}
-        assert _probe(port, "/healthz") == (200, {"ok": True, "episode-ticks": "turning"})
+        ready = _probe(port, "/readyz")[1]
+        assert ready.get("ok") is True and ready.get("episodes") == "ready", ready
+        # Alive: its tick timer turns (a loaded machine may make one tick late, never stop them all).
+        assert wait_until(lambda: _probe(port, "/healthz") == (200, {"ok": True, "episode-ticks": "turning"}),
+                          timeout_s=30), _probe(port, "/healthz")  # fmt: skip
         worker.send_signal(signal.SIGTERM)
-        assert wait_until(lambda: _probe(port, "/readyz")[1].get("process") == "stopping", timeout_s=5)
-        assert worker.wait(timeout=30) == 0, log.read_text()[-3000:]
+        assert wait_until(lambda: _probe(port, "/readyz")[1].get("process") == "stopping", timeout_s=30)
+        assert worker.wait(timeout=120) == 0, log.read_text()[-3000:]
         assert "will be redelivered" not in log.read_text()  # it stopped on its own, not by the grace period
     finally:
         if worker.poll() is None:
