@@ -272,3 +272,27 @@ def test_a_dead_letter_of_a_huge_record_keeps_a_bounded_part_of_it() -> None:
     assert letter.value == huge[: kafka_serving.VALUE_LIMIT]
     assert f"cut from {len(huge)} to {kafka_serving.VALUE_LIMIT} bytes" in letter.detail
     assert len(producer.values[0]) < kafka_serving.VALUE_LIMIT + 4096
+
+
+def test_records_polled_outside_a_settled_generation_are_put_back() -> None:
+    """A consumer outside a settled generation cannot commit: what it serves would be served again."""
+    from types import SimpleNamespace
+
+    from streams.kafka.serving import group_stable, rewind
+
+    def consumer(generation: object, auto: bool = True) -> Any:
+        coordinator = SimpleNamespace(generation_if_stable=lambda: generation)
+        subscription = SimpleNamespace(partitions_auto_assigned=lambda: auto)
+        seeks: list[tuple[str, int]] = []
+        return SimpleNamespace(
+            _coordinator=coordinator, _subscription=subscription, seeks=seeks,
+            seek=lambda tp, offset: seeks.append((tp, offset)),
+        )  # fmt: skip
+
+    assert group_stable(consumer(("gen", 3)))
+    assert not group_stable(consumer(None))
+    assert group_stable(consumer(None, auto=False))  # assigned by hand: no group to be outside of
+    assert group_stable(SimpleNamespace())  # a consumer kafka-python does not describe so
+    settled = consumer(None)
+    rewind(settled, {"p0": [SimpleNamespace(offset=7), SimpleNamespace(offset=8)], "p1": []})
+    assert settled.seeks == [("p0", 7)]
