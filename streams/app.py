@@ -91,7 +91,6 @@ def build_app(settings: Settings, health: Health | None = None) -> tuple[faust.A
     run = settings.run
     health = health or Health()
     Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
-    idempotent_producer()
     app = faust.App(
         settings.app_id,
         broker=clients.faust_broker(settings.bootstrap),
@@ -199,20 +198,6 @@ def build_app(settings: Settings, health: Health | None = None) -> tuple[faust.A
 
     app.task(load_tasks)
     return app, worker
-
-
-def idempotent_producer() -> None:
-    """Make the Faust app's producer idempotent, as every other producer of trialog is (`streams.kafka.
-    clients`): a send retried after a broker failover must not write the event twice (a duplicate step in
-    the episode's log). faust-streaming asks aiokafka for idempotence only inside transactions, which the
-    streams worker does not use (at-least-once), and has no setting for it; its driver's producer takes its
-    extra settings from `_settings_extra`, so that is where it is asked for."""
-    from faust.transport.drivers import aiokafka as driver
-
-    def settings_extra(_self: Any) -> dict[str, Any]:
-        return {"acks": "all", "enable_idempotence": True}
-
-    driver.Producer._settings_extra = settings_extra  # type: ignore[method-assign,assignment]
 
 
 def _note_lag(app: faust.App, message: Any) -> None:

@@ -3,9 +3,12 @@ broker settings) is built here, so that one place decides what all of them share
 
 * the brokers: `bootstrap` is one `host:port` or several separated by commas (a cluster); the same code
   talks to one broker or three;
-* durability: every producer waits for all in-sync replicas (`acks=all`) and is idempotent, so a retried
-  send after a broker failover is written once (with `min.insync.replicas=2` on replicated topics, an
-  acknowledged record survives the loss of any one broker);
+* durability: every producer made here waits for all in-sync replicas (`acks=all`) and is idempotent, so a
+  retried send after a broker failover is written once (with `min.insync.replicas=2` on replicated topics,
+  an acknowledged record survives the loss of any one broker). The streams worker's Faust producer is
+  acks=all but not idempotent: aiokafka's idempotent producer does not recover its sequence numbers after
+  a refused send, and fails every later send to that partition (OutOfOrderSequenceNumber; the rows
+  contract test's refused write showed it); a send it retries twice is a repeat the owner ignores;
 * security: SASL and TLS settings are passed through from the environment (`Security.from_env`), read
   once per process and checked before any client is made, so a typo fails at start with the variable's
   name instead of as a connection that never authenticates.
