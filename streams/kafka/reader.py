@@ -153,6 +153,10 @@ class LogReader:
                     pending.discard(tp)
                     self.consumer.pause(tp)
                     self._next[tp] = max(self._next[tp], end[tp])  # compacted or aborted offsets: none due
+                    if self.consumer.position(tp) > self._next[tp]:
+                        # Records appended since the read began came with the last fetch and were
+                        # passed over: the next read must fetch them again, not start after them.
+                        self.consumer.seek(tp, self._next[tp])
             if batches:
                 quiet_since = time.monotonic()
             elif time.monotonic() - quiet_since > timeout_s:

@@ -93,3 +93,15 @@ def test_silence_while_records_are_due_is_an_error(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(reader_module, "POLL_MS", 1)
     with pytest.raises(ReadError, match=r"no records for 0 s while reading r\.tasks"):
         list(reader.to_end(timeout_s=0.0))
+
+
+def test_a_record_appended_during_a_read_and_fetched_with_it_is_read_by_the_next(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    consumer = _Consumer(log=5)
+    reader = _reader(monkeypatch, consumer)
+    consumer.end_offsets = lambda partitions: {TP: 3}  # type: ignore[method-assign]
+    # The end when the read starts is 3; the fetch of 2 also brings 3, appended meanwhile.
+    assert [r.offset for r in reader.to_end()] == [0, 1, 2]
+    consumer.end_offsets = lambda partitions: {TP: 5}  # type: ignore[method-assign]
+    assert [r.offset for r in reader.to_end()] == [3, 4]
