@@ -5,6 +5,7 @@ cache, once; later calls reuse the binary."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Sequence
@@ -21,6 +22,14 @@ def go_command(what: str) -> str:
         if candidate and Path(candidate).exists():
             return candidate
     raise StackError(f"Go is not installed, so {what} cannot be built", "install Go 1.26+ and retry")
+
+
+def pinned_version(module_dir: Path, module: str) -> str:
+    """The version of `module` that the tool module in `module_dir` requires (its go.mod)."""
+    found = re.search(rf"^\s*{re.escape(module)} (v\S+)", (module_dir / "go.mod").read_text(), re.M)
+    if found is None:
+        raise StackError(f"{module_dir / 'go.mod'} does not require {module}", "restore it from git")
+    return found.group(1)
 
 
 def build(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 import secrets
 import shutil
 import subprocess
@@ -35,10 +34,7 @@ STOP_GRACE_S = 1.0  # a test server's data is thrown away: no need to wait for i
 
 def version() -> str:
     """The SeaweedFS version the tool module pins (a pseudo-version: the module proxy lists no release)."""
-    found = re.search(rf"^\s*{re.escape(MODULE)} (v\S+)", (TOOL_MODULE_DIR / "go.mod").read_text(), re.M)
-    if found is None:
-        raise StackError(f"{TOOL_MODULE_DIR / 'go.mod'} does not require {MODULE}", "restore it from git")
-    return found.group(1)
+    return go_tools.pinned_version(TOOL_MODULE_DIR, MODULE)
 
 
 def binary(paths: Paths) -> Path:

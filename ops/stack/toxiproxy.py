@@ -10,7 +10,6 @@ for by version: v2.12.0 is the newest it serves (newer ones answer "not availabl
 from __future__ import annotations
 
 import json
-import re
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -36,10 +35,7 @@ BOTH: tuple[Stream, Stream] = ("upstream", "downstream")
 
 def version() -> str:
     """The Toxiproxy version the tool module pins."""
-    found = re.search(rf"^\s*{re.escape(MODULE)} (v\S+)", (TOOL_MODULE_DIR / "go.mod").read_text(), re.M)
-    if found is None:
-        raise StackError(f"{TOOL_MODULE_DIR / 'go.mod'} does not require {MODULE}", "restore it from git")
-    return found.group(1)
+    return go_tools.pinned_version(TOOL_MODULE_DIR, MODULE)
 
 
 def binary(paths: Paths) -> Path:
