@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -161,16 +161,24 @@ class Cluster:
         return "\n".join(self.tail(kind) for kind in self.processes)
 
     def stop(self) -> None:
-        for process in self.processes.values():
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        give_up = time.monotonic() + 20
-        for process in self.processes.values():
-            try:
-                process.wait(timeout=max(0.1, give_up - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
+        stop_processes(self.processes.values(), grace_s=20)
+
+
+def stop_processes(processes: Iterable[subprocess.Popen[bytes]], *, grace_s: float) -> None:
+    """SIGTERM every process still running (SIGCONT first: a frozen one could not stop), wait `grace_s` in
+    all for them to exit, then SIGKILL the rest."""
+    processes = list(processes)
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGCONT)
+            process.send_signal(signal.SIGTERM)
+    give_up = time.monotonic() + grace_s
+    for process in processes:
+        try:
+            process.wait(timeout=max(0.1, give_up - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
 
 
 @dataclass

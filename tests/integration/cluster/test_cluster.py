@@ -24,8 +24,8 @@ from ops.testing import KafkaCluster, KafkaContainer
 from schemas.topics import EPISODE_EVENTS
 from streams.kafka import clients
 from streams.kafka.topics import ensure_topics
-from tests.integration.cluster.null_run import publish_task, run_episodes, start_streams, tails
 from tests.integration.fault_helpers import audited_healthy
+from tests.integration.null_run import publish_task, run_episodes, start_streams, tails
 
 # Generous bounds for a loaded 2-core machine: each tells a working path from a broken one (minutes).
 RUN_TIMEOUT_S = 240.0
@@ -60,7 +60,7 @@ def test_a_run_on_three_brokers_is_replicated_and_survives_losing_one(
     worker = start_streams(bootstrap, run, "s1", tmp_path)
     killed: list[float] = []
 
-    def kill_a_broker(answered: int) -> None:
+    def kill_a_broker(answered: int, _ended: set[str]) -> None:
         if not killed and answered >= 60:
             cluster.nodes[1].kill()  # SIGKILL: a crash, not a shutdown
             killed.append(time.monotonic())

@@ -4,13 +4,10 @@ step; another worker of the group is handed the step and answers it. An idle wor
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 import uuid
 from pathlib import Path
 
@@ -24,20 +21,11 @@ from schemas.actions import RunCommand
 from schemas.events import StepExecuted
 from schemas.topics import SANDBOX_REQUESTS
 from tests.integration.actors.kafka_helpers import CODEC, new_run, next_records, reading
+from tests.integration.probes import probe
 from tests.unit.sandbox.requests import sandbox_request
 
 GRACE_S = 3.0
 STEP_S = 10  # longer than the grace period: the step cannot finish in it
-
-
-def _probe(port: int, path: str) -> tuple[int, dict[str, object]]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
-            return answer.status, json.loads(answer.read())
-    except urllib.error.HTTPError as failed:
-        return failed.code, json.loads(failed.read())
-    except OSError:
-        return 0, {}  # not listening yet
 
 
 def _worker(run: str, bootstrap: str, name: str, port: int, tmp_path: Path) -> subprocess.Popen[bytes]:
@@ -61,10 +49,10 @@ def test_a_stopped_worker_hands_its_step_back_within_its_grace_period(
     second = None
     producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
     try:
-        assert wait_until(lambda: _probe(ports[0], "/readyz")[0] == 200, timeout_s=120), _log(
+        assert wait_until(lambda: probe(ports[0], "/readyz")[0] == 200, timeout_s=120), _log(
             tmp_path, names[0]
         )
-        assert _probe(ports[0], "/healthz")[0] == 200
+        assert probe(ports[0], "/healthz")[0] == 200
         step = sandbox_request(
             RunCommand(f"sleep {STEP_S}; echo slept"), episode="ep-g", image=str(sandbox_ref()), timeout_s=60
         )
@@ -75,9 +63,7 @@ def test_a_stopped_worker_hands_its_step_back_within_its_grace_period(
 
             asked = time.monotonic()
             first.send_signal(signal.SIGTERM)
-            assert wait_until(
-                lambda: _probe(ports[0], "/readyz")[1].get("process") == "stopping", timeout_s=2
-            )
+            assert wait_until(lambda: probe(ports[0], "/readyz")[1].get("process") == "stopping", timeout_s=2)
             assert first.wait(timeout=30) == 0, _log(tmp_path, names[0])
             took = time.monotonic() - asked
             assert GRACE_S <= took < GRACE_S + 10, took
@@ -108,7 +94,7 @@ def test_a_stopped_worker_hands_its_step_back_within_its_grace_period(
 
 
 def _working(port: int) -> bool:
-    return any(str(state).startswith("working") for state in _probe(port, "/healthz")[1].values())
+    return any(str(state).startswith("working") for state in probe(port, "/healthz")[1].values())
 
 
 def _log(tmp_path: Path, name: str) -> str:

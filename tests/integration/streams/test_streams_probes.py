@@ -4,27 +4,15 @@ beside it), and exit 0 once stopped."""
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from ops.paths import REPO_ROOT
 from ops.process import free_port, wait_until
 from tests.integration.actors.kafka_helpers import new_run
-
-
-def _probe(port: int, path: str) -> tuple[int, dict[str, object]]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
-            return answer.status, json.loads(answer.read())
-    except urllib.error.HTTPError as failed:
-        return failed.code, json.loads(failed.read())
-    except OSError:
-        return 0, {}
+from tests.integration.probes import probe
 
 
 def test_a_streams_worker_serves_its_probes_and_stops_on_sigterm(
@@ -41,14 +29,14 @@ def test_a_streams_worker_serves_its_probes_and_stops_on_sigterm(
     with log.open("wb") as out:
         worker = subprocess.Popen(command, cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT)
     try:
-        assert wait_until(lambda: _probe(port, "/readyz")[0] == 200, timeout_s=120), log.read_text()[-3000:]
-        ready = _probe(port, "/readyz")[1]
+        assert wait_until(lambda: probe(port, "/readyz")[0] == 200, timeout_s=120), log.read_text()[-3000:]
+        ready = probe(port, "/readyz")[1]
         assert ready.get("ok") is True and ready.get("episodes") == "ready", ready
         # Alive: its tick timer turns (a loaded machine may make one tick late, never stop them all).
-        assert wait_until(lambda: _probe(port, "/healthz") == (200, {"ok": True, "episode-ticks": "turning"}),
-                          timeout_s=30), _probe(port, "/healthz")  # fmt: skip
+        assert wait_until(lambda: probe(port, "/healthz") == (200, {"ok": True, "episode-ticks": "turning"}),
+                          timeout_s=30), probe(port, "/healthz")  # fmt: skip
         worker.send_signal(signal.SIGTERM)
-        assert wait_until(lambda: _probe(port, "/readyz")[1].get("process") == "stopping", timeout_s=30)
+        assert wait_until(lambda: probe(port, "/readyz")[1].get("process") == "stopping", timeout_s=30)
         assert worker.wait(timeout=120) == 0, log.read_text()[-3000:]
         assert "will be redelivered" not in log.read_text()  # it stopped on its own, not by the grace period
     finally:

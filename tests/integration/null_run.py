@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -30,13 +31,19 @@ READ = (
 )
 
 
-def start_streams(bootstrap: str, run: str, name: str, folder: Path, *extra: str) -> subprocess.Popen[bytes]:
+def start_streams(
+    bootstrap: str, run: str, name: str, folder: Path, *extra: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """A streams worker of `run` as a process; its log is `folder/NAME.log`, its data `folder/data-NAME`;
+    `env`: more environment variables (a fault to inject)."""
     argv = [
         sys.executable, "-m", "ops.cli", "worker", "streams", "--bootstrap", bootstrap, "--run", run,
         "--data-dir", str(folder / f"data-{name}"), "--instance", name, *extra,
     ]  # fmt: skip
     with (folder / f"{name}.log").open("ab") as out:
-        return subprocess.Popen(argv, cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            argv, cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+        )
 
 
 def tails(folder: Path) -> str:
@@ -60,10 +67,12 @@ def run_episodes(
     steps: int,
     timeout_s: float,
     folder: Path,
-    on_progress: Callable[[int], None] | None = None,
+    on_progress: Callable[[int, set[str]], None] | None = None,
+    on_request: Callable[[str], None] | None = None,
 ) -> set[str]:
     """Start `episodes` episodes of `steps` steps, answer every request, return the ids of those that
-    ended (completed or failed) once all did; `on_progress(answers so far)` after each poll."""
+    ended (completed or failed) once all did. `on_request(episode id)` before each answer;
+    `on_progress(answers so far, ids ended so far)` after each poll (where a test injects its fault)."""
     producer = clients.producer(bootstrap, linger_ms=0)
     consumer = clients.consumer(bootstrap, enable_auto_commit=False, fetch_max_wait_ms=50)
     consumer.assign([TopicPartition(topic_name(run, b), p) for b in READ for p in range(PARTITIONS[b])])
@@ -91,6 +100,8 @@ def run_episodes(
                         continue
                     if not isinstance(value, PolicyRequest | SandboxRequest | VerifyRequest):
                         continue
+                    if on_request is not None:
+                        on_request(value.meta.episode_id)
                     topic, answer = null.answer(value)
                     producer.send(
                         topic.of(run), key=value.meta.episode_id.encode(), value=CODEC.encode(answer)
@@ -98,7 +109,7 @@ def run_episodes(
                     answered += 1
             producer.flush()
             if on_progress is not None:
-                on_progress(answered)
+                on_progress(answered, ended)
         return ended
     finally:
         consumer.close()
