@@ -48,6 +48,12 @@ class Key(StrEnum):
 
 # The episode log is the record of a run, replayed for audits: it is kept, never aged out.
 KEEP: Mapping[str, str] = MappingProxyType({"retention.ms": "-1", "retention.bytes": "-1"})
+# The broker refuses a record whose create time is this much older than its clock: the bound on how late a
+# stalled streams worker's writes can land (`streams.fencing`), on the topics only an episode's owner writes.
+LATE_WRITE_MAX_MS = 2000
+FENCED: Mapping[str, str] = MappingProxyType(
+    {"message.timestamp.type": "CreateTime", "message.timestamp.before.max.ms": str(LATE_WRITE_MAX_MS)}
+)
 # The task set: the last version of each task is what counts.
 COMPACT: Mapping[str, str] = MappingProxyType({"cleanup.policy": "compact"})
 
@@ -76,7 +82,7 @@ class Topic:
 # each key, so none ever drops another. Readers of tasks skip the records they do not want by type.
 TASKS = Topic("tasks", 1, Key.TASK_ID, (TaskPublished, TaskDifficulty, TaskReviewed), COMPACT)
 EPISODE_COMMANDS = Topic("episode.commands", 8, Key.EPISODE_ID, (StartEpisode, AbortEpisode))
-EPISODE_EVENTS = Topic("episode.events", 8, Key.EPISODE_ID, EPISODE_EVENT_TYPES)
+EPISODE_EVENTS = Topic("episode.events", 8, Key.EPISODE_ID, EPISODE_EVENT_TYPES, {**KEEP, **FENCED})
 POLICY_REQUESTS = Topic("policy.requests", 8, Key.EPISODE_ID, (PolicyRequest,))
 POLICY_RESULTS = Topic("policy.results", 8, Key.EPISODE_ID, (ActionProposed,))
 SANDBOX_REQUESTS = Topic("sandbox.requests", 8, Key.EPISODE_ID, (SandboxRequest,))

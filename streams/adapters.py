@@ -21,10 +21,15 @@ class FaustBus:
         self.app = app
 
     async def send(
-        self, topic: str, key: bytes | None, value: bytes, headers: Headers = ()
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes,
+        headers: Headers = (),
+        timestamp_s: float | None = None,
     ) -> Awaitable[int]:
         # `headers`: the traceparent of the input's span that decided the record (taken when decided).
-        future = await self.app.producer.send(topic, key, value, None, None, list(headers) or None)
+        future = await self.app.producer.send(topic, key, value, None, timestamp_s, list(headers) or None)
 
         async def offset() -> int:
             metadata = await future
@@ -73,7 +78,7 @@ class FaustRows:
         value = self.table.get(key.encode())
         return None if value is None else bytes(value)
 
-    async def write(self, rows: Sequence[tuple[int, str, bytes]]) -> None:
+    async def write(self, rows: Sequence[tuple[int, str, bytes]], timestamp_s: float | None = None) -> None:
         """What `table[key] = value` does inside a stream event, with the partition given (any context), in
         the other order: Faust writes the local store, then hands the changelog record to its producer
         buffer, so a worker killed before the buffer was flushed leaves the local store ahead of the
@@ -86,6 +91,7 @@ class FaustRows:
                 key=key.encode(),
                 value=value,
                 partition=partition,
+                timestamp=timestamp_s,
                 key_serializer=table.key_serializer,
                 value_serializer=table.value_serializer,
                 callback=table._on_changelog_sent,

@@ -18,6 +18,11 @@ starts the process (`run_worker`):
 * the tasks come from the compacted `tasks` topic (`streams.rows.TaskCache`);
 * short consumer-group timeouts (`SESSION_TIMEOUT_S` and friends) so that a killed worker's partitions move
   to a survivor within seconds;
+* a stalled worker (a zombie) is fenced by time (`streams.fencing`): `watch_membership` notes every answer
+  of the group coordinator that confirms this member, the worker writes only within `fencing.FRESH_S` of
+  one and stamps its records with the time it checked, and `episode.events` and the changelog refuse late
+  records. Inputs a stale worker gives back are read again (`Rewinds`) once their partition is recovered
+  here in the same generation (another generation reads them from the committed offsets anyway);
 * `tune_fetcher` removes aiokafka's prefetch backoff and Faust's 1.5 s fetch wait (see there);
 * at-least-once processing (exactly-once has open bugs in faust-streaming: docs/crash-consistency.md).
 """
@@ -27,7 +32,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable, Iterator
+import signal
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +44,7 @@ from schemas import topics
 from schemas.origin import Origin
 from schemas.requests import SamplingParams
 from schemas.topics import topic_name
+from streams import fencing
 from streams.adapters import EventLogReader, FaustBus, FaustRows
 from streams.kafka import clients
 from streams.kafka.serving import METADATA_MAX_AGE_MS
@@ -48,7 +55,7 @@ from streams.rows import TaskCache
 from streams.step_grading import OFF as NO_STEP_GRADING
 from streams.step_grading import StepGrading
 from streams.telemetry import metrics
-from streams.worker import COMMANDS, EVENTS, INPUTS, EpisodeWorker
+from streams.worker import COMMANDS, EVENTS, INPUTS, NO_FAULTS, EpisodeWorker, Faults
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +63,9 @@ TICK_S = 0.5
 BATCH_MAX = 500  # inputs decided, sent and acknowledged together
 QUEUE_MAX = 2 * BATCH_MAX  # events taken from Faust but not yet in a batch (then the agent waits)
 # A killed worker is noticed when its session expires (Faust's default: 60 s); heartbeats every third of it.
-SESSION_TIMEOUT_S = 6.0
-HEARTBEAT_S = 2.0
+# `streams.fencing` holds them: its bound on a stalled worker's writes is made of them.
+SESSION_TIMEOUT_S = fencing.SESSION_TIMEOUT_S
+HEARTBEAT_S = fencing.HEARTBEAT_S
 # How long the group waits for members to rejoin, and a broker request may take (>= the session: aiokafka).
 REQUEST_TIMEOUT_S = 10.0
 # The longest the broker holds the worker's fetch when none of its partitions has data (see `tune_fetcher`).
@@ -122,10 +130,12 @@ def build_app(settings: Settings, health: Health | None = None) -> tuple[faust.A
         partitions=PARTITIONS[COMMANDS],
         use_partitioner=True,
         options={"driver": "rocksdict", "block_cache_size": BLOCK_CACHE_BYTES},
-        extra_topic_configs=settings.durability.topic_configs(),
+        # Only the partition's owner writes it, as `episode.events`: late records refused (streams.fencing).
+        extra_topic_configs={**settings.durability.topic_configs(), **topics.FENCED},
     )
     rows = FaustRows(table)
     tasks = TaskCache(settings.bootstrap, topics.TASKS.of(run))
+    membership = fencing.Membership()
     worker = EpisodeWorker(
         rows=rows,
         bus=FaustBus(app),
@@ -133,9 +143,10 @@ def build_app(settings: Settings, health: Health | None = None) -> tuple[faust.A
         read_events=EventLogReader(settings.bootstrap, topic_name(run, EVENTS)),
         origin=Origin.system("streams", settings.instance),
         topic=lambda base: topic_name(run, base),
-        before_row_write=_fault_from_env(),
+        faults=_fault_from_env(),
         sampling=settings.sampling,
         grading=settings.grading,
+        membership=membership,
     )
     names = {topic_name(run, base): base for base in INPUTS}
     inputs = app.topic(*names, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
@@ -158,20 +169,40 @@ def build_app(settings: Settings, health: Health | None = None) -> tuple[faust.A
         recovery: Any = getattr(app.tables, "recovery", None)
         return not app.rebalancing and recovery is not None and recovery.completed.is_set()
 
+    rewinds = Rewinds()
+
+    async def sync(partitions: set[int]) -> None:
+        """`sync_assignment`, then read again what was given back of the partitions it recovered."""
+        before = set(worker.ready)
+        await worker.sync_assignment(partitions)
+        generation = consumer_generation(app)
+        for partition in sorted(worker.ready - before):
+            for tp, offset in rewinds.due(partition, generation):
+                log.info("reading %s[%d] again from %d (given back)", tp.topic, tp.partition, offset)
+                await app.consumer.seek(tp, offset)
+
     async def process_batches() -> None:
         while True:
             events = await next_batch(queue, BATCH_MAX)
+            # Records queued before a rewind, after its first offset: they come again after it.
+            generation = consumer_generation(app)
+            events = [e for e in events if rewinds.admit(e.message.tp, e.message.offset, generation)]
+            if not events:
+                continue
             try:
                 partitions = assigned()  # recover new partitions only once their rows are restored
-                await worker.sync_assignment(partitions if settled() else partitions & worker.ready)
+                await sync(partitions if settled() else partitions & worker.ready)
                 handled = await worker.handle_batch([_input(names, event.message) for event in events])
             except Exception as exc:  # a batch that keeps failing: stop, a restart recovers from the log
                 log.exception("a batch failed for good; stopping the worker")
                 await app.crash(exc)
                 return
+            generation = consumer_generation(app)
             for event, done in zip(events, handled, strict=True):
-                if done:  # a skipped input stays unacknowledged: read again from the committed offset
+                if done:
                     event.ack()
+                else:  # unacknowledged: read again from the committed offset, or by a rewind
+                    rewinds.given_back(event.message.tp, event.message.offset, generation)
 
     app.task(process_batches)
 
@@ -182,8 +213,9 @@ def build_app(settings: Settings, health: Health | None = None) -> tuple[faust.A
         health.ready("episodes", ready, "rebalancing, or recovering the table from its changelog")
         if not ready:
             return
+        watch_membership(app, membership)
         try:
-            await worker.sync_assignment(assigned())
+            await sync(assigned())
             await worker.tick()
         except Exception:
             log.exception("streams tick failed")
@@ -198,6 +230,85 @@ def build_app(settings: Settings, health: Health | None = None) -> tuple[faust.A
 
     app.task(load_tasks)
     return app, worker
+
+
+class Rewinds:
+    """Inputs given back unhandled (a partition not recovered here, or this worker's membership stale), by
+    input partition: the first offset given back and the group generation then. Kafka reads them again from
+    the committed offset after a rebalance; when their partition is recovered here in the *same* generation
+    nobody would, so the consumer is sought back to them (`due`), and what was queued from before that
+    seek, after its first offset, is dropped (`admit`): it comes again, in order."""
+
+    def __init__(self) -> None:
+        self.given: dict[Any, tuple[int, int | None]] = {}  # input TP -> (first offset, generation)
+        # input TP -> (the offset a seek went back to, generation), until that offset comes
+        self.replaying: dict[Any, tuple[int, int | None]] = {}
+
+    def given_back(self, tp: Any, offset: int, generation: int | None) -> None:
+        first, then = self.given.get(tp, (offset, generation))
+        if then != generation:  # a rebalance since: the committed offset rules, only this one counts
+            first = offset
+        self.given[tp] = (min(first, offset), generation)
+
+    def due(self, partition: int, generation: int | None) -> list[tuple[Any, int]]:
+        """The input partitions of `partition`, just recovered, to seek back, and where to."""
+        seeks = []
+        for tp in [tp for tp in self.given if tp.partition == partition]:
+            offset, then = self.given.pop(tp)
+            if generation is not None and then == generation:
+                seeks.append((tp, offset))
+                self.replaying[tp] = (offset, generation)
+        return seeks
+
+    def admit(self, tp: Any, offset: int, generation: int | None) -> bool:
+        """Whether a record taken from the queue is handled (False: it was fetched before a seek back). A
+        rebalance since the seek started the consumer from the committed offset: nothing to drop then."""
+        start, then = self.replaying.get(tp, (None, None))
+        if start is None:
+            return True
+        if offset == start or then != generation:
+            del self.replaying[tp]
+            return True
+        return offset < start
+
+
+def consumer_generation(app: Any) -> int | None:
+    """The consumer group generation this worker is in, as its aiokafka coordinator knows it."""
+    coordinator = _coordinator(app)
+    generation = getattr(coordinator, "generation", None)
+    return generation if isinstance(generation, int) and generation >= 0 else None
+
+
+def _coordinator(app: Any) -> Any:
+    thread = getattr(app.consumer, "_thread", None)
+    consumer = getattr(thread, "_consumer", None)
+    return getattr(consumer, "_coordinator", None)
+
+
+def watch_membership(app: Any, membership: fencing.Membership) -> bool:
+    """Have the app's group coordinator client tell `membership` the send time of every heartbeat and
+    SyncGroup the coordinator answers without error; True once done (call it again until then: Faust
+    creates the aiokafka consumer when the app starts, in its consumer thread)."""
+    from aiokafka.protocol.group import HeartbeatRequest, SyncGroupRequest
+
+    coordinator = _coordinator(app)
+    if coordinator is None or not hasattr(coordinator, "_send_req"):
+        return False
+    if getattr(coordinator, "_trialog_membership", None) is membership:
+        return True
+    send = coordinator._send_req
+
+    async def send_req(request: Any) -> Any:
+        sent_at = membership.monotonic()
+        response = await send(request)
+        confirms = isinstance(request, HeartbeatRequest | SyncGroupRequest)
+        if confirms and getattr(response, "error_code", None) == 0:
+            membership.confirmed(sent_at)
+        return response
+
+    coordinator._send_req = send_req
+    coordinator._trialog_membership = membership
+    return True
 
 
 def _note_lag(app: faust.App, message: Any) -> None:
@@ -219,21 +330,31 @@ def _header_items(headers: Any) -> Iterator[tuple[str, bytes]]:
 FAULT_ENV = "TRIALOG_STREAMS_FAULT"
 
 
-def _fault_from_env() -> Callable[[], None] | None:
-    """Fault injection for tests: `crash_before_row:N` kills the process (exit 137, no clean-up) right
-    after the N-th batch that changed rows was acknowledged and before its rows are written."""
+def _fault_from_env() -> Faults:
+    """Fault injection for tests, `KIND:N` in `TRIALOG_STREAMS_FAULT`, at the N-th batch that sends:
+    `crash_before_row` kills the process (exit 137, no clean-up) after the batch's acks and before its rows
+    are written; `stop_before_check` and `stop_after_check` stop the whole process (SIGSTOP, every thread:
+    a stall, until the test sends SIGCONT) right before, or right after, the batch's membership check."""
     spec = os.environ.get(FAULT_ENV, "")
-    if not spec.startswith("crash_before_row:"):
-        return None
-    remaining = [int(spec.split(":", 1)[1])]
+    kind, _, count = spec.partition(":")
+    if kind not in ("crash_before_row", "stop_before_check", "stop_after_check") or not count.isdigit():
+        return NO_FAULTS
+    remaining = [int(count)]
 
-    def crash() -> None:
+    def fault() -> None:
         remaining[0] -= 1
-        if remaining[0] == 0:
-            log.warning("%s=%s: crashing before the row write", FAULT_ENV, spec)
+        if remaining[0] != 0:
+            return
+        log.warning("%s=%s: now", FAULT_ENV, spec)
+        if kind == "crash_before_row":
             os._exit(137)
+        os.kill(os.getpid(), signal.SIGSTOP)
 
-    return crash
+    if kind == "crash_before_row":
+        return Faults(before_row_write=fault)
+    if kind == "stop_before_check":
+        return Faults(before_check=fault)
+    return Faults(after_check=fault)
 
 
 async def next_batch(queue: asyncio.Queue[Any], limit: int) -> list[Any]:

@@ -16,10 +16,17 @@ Headers = tuple[tuple[str, bytes], ...]  # a record's Kafka headers (traceparent
 
 
 class Bus(Protocol):
-    """Sends one record without waiting; the awaitable resolves to its offset once the broker acked it."""
+    """Sends one record without waiting; the awaitable resolves to its offset once the broker acked it (or
+    raises, e.g. when the broker refused it). `timestamp_s`: the record's create time (wall clock, seconds;
+    None: the producer's clock), which `streams.fencing` sets and the broker checks."""
 
     async def send(
-        self, topic: str, key: bytes | None, value: bytes, headers: Headers = ()
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes,
+        headers: Headers = (),
+        timestamp_s: float | None = None,
     ) -> Awaitable[int]: ...
 
 
@@ -28,10 +35,11 @@ class Rows(Protocol):
 
     def get(self, key: str) -> bytes | None: ...
 
-    async def write(self, rows: Sequence[tuple[int, str, bytes]]) -> None:
+    async def write(self, rows: Sequence[tuple[int, str, bytes]], timestamp_s: float | None = None) -> None:
         """Write each (partition, key, row): durably first (the changelog, every write acknowledged), then
         where `get` and `partition_items` read (the local store), so that the local store is never ahead
-        of the changelog (see the module doc). Raises if a write fails; then some rows may be written."""
+        of the changelog (see the module doc). Raises if a write fails; then some rows may be written.
+        `timestamp_s`: the changelog records' create time, as `Bus.send`'s."""
         ...
 
     def partition_items(self, partition: int) -> Iterable[tuple[str, bytes]]: ...

@@ -61,9 +61,14 @@ Crash consistency: the log is the truth, the table a cache of its fold.
   The redelivered inputs then meet the caught-up state and are rejected as duplicates (counted as
   `ignored.duplicate`, not dead-lettered: it is expected), so the log holds each event once. Only this
   worker appends to the partition while it owns it, so the tail read to the end is complete. A worker that
-  lost its partition without noticing (a zombie) could still append; at-least-once cannot exclude that,
-  and the chain check (`verify_chain`) detects it. Costs: a recovery reads the rows of the new partitions
-  once and the log from the watermark; a trajectory may be published twice (consumers key it by episode).
+  lost its partition without noticing (a zombie, stalled past its session) could still append; the time
+  fence of `streams.fencing` makes everything it sends land before its successor reads the tail, or be
+  refused: before sending, a batch checks that the group coordinator confirmed this member recently
+  (`Membership.stamp`), stamps its records with that moment, and the topics refuse late records. A stale
+  worker sends nothing: it forgets all its partitions and gives the batch's inputs back unacknowledged;
+  each partition still assigned is recovered (the tail folded again) once the membership is confirmed.
+  Costs: a recovery reads the rows of the new partitions once and the log from the watermark; a trajectory
+  may be published twice (consumers key it by episode).
 
 Rows in memory: only the partition's owner writes its rows, so after recovery the worker keeps the rows of
 its episodes in flight in memory (an ended episode's row is dropped from memory and read from the table if
@@ -110,6 +115,7 @@ from schemas.requests import PolicyRequest, SamplingParams, SandboxRequest, Veri
 from schemas.state import EpisodeState
 from schemas.trajectories import TrajectoryCompleted
 from streams import owner
+from streams.fencing import Membership, Stale
 from streams.owner import Appended, Effects, OwnerError, OwnerState, Request, TaskInfo, resume
 from streams.ports import Bus, EventReader, Headers, Input, Rows, Tasks
 from streams.rows import Row, sampling_for
@@ -138,6 +144,19 @@ _REQUEST_TOPICS: dict[type[Request], str] = {
 }
 # What the owner accepts on each result topic: the catalogue's record types of the topic.
 _ANSWER_TYPES: dict[str, tuple[type[Record], ...]] = {topic.name: topic.records for topic in topics.ANSWERS}
+
+
+@dataclass(frozen=True, slots=True)
+class Faults:
+    """Fault injection for tests, each called at its point of a batch that sends something: before its
+    membership check, between that check and its first send, and after its acks before its rows."""
+
+    before_check: Callable[[], None] | None = None
+    after_check: Callable[[], None] | None = None
+    before_row_write: Callable[[], None] | None = None
+
+
+NO_FAULTS = Faults()
 
 
 @dataclass
@@ -172,10 +191,11 @@ class EpisodeWorker:
         origin: Origin,
         topic: Callable[[str], str] = lambda base: base,
         clock: Clock | None = None,
-        before_row_write: Callable[[], None] | None = None,
+        faults: Faults = NO_FAULTS,
         retry_backoff_s: tuple[float, float] = RETRY_BACKOFF_S,
         sampling: SamplingParams | None = None,
         grading: StepGrading = NO_STEP_GRADING,
+        membership: Membership | None = None,
     ) -> None:
         self.rows = rows
         self.bus = bus
@@ -196,7 +216,9 @@ class EpisodeWorker:
         self.deadlines: dict[str, tuple[int, int]] = {}  # episode -> (partition, deadline) of its request
         self.lock = asyncio.Lock()
         self.stats: dict[str, int] = {}
-        self.before_row_write = before_row_write  # fault injection: runs after the acks, before the rows
+        self.faults = faults
+        # Whether this worker's group membership is fresh enough to write (`streams.fencing`); None: always.
+        self.membership = membership
 
     def _count(self, name: str, n: int = 1) -> None:
         self.stats[name] = self.stats.get(name, 0) + n
@@ -204,11 +226,49 @@ class EpisodeWorker:
     # -- assignment and recovery -------------------------------------------------------------------------
 
     async def sync_assignment(self, assigned: set[int]) -> None:
-        """Recover the partitions newly assigned (before anything is decided for them); forget the rest."""
+        """Recover the partitions newly assigned (before anything is decided for them); forget the rest.
+        While the membership is stale nothing is recovered (recovery writes): a later call does it."""
         async with self.lock:
             self._forget(self.ready - assigned)
             for partition in sorted(assigned - self.ready):
-                await self._recover(partition)
+                if not self._may_write():
+                    return
+                try:
+                    await self._recover(partition)
+                except Stale:
+                    self._give_back_all("recovery")
+                    return
+
+    # -- fencing (streams.fencing) ---------------------------------------------------------------------------
+
+    def _may_write(self) -> bool:
+        """Whether the membership is fresh enough to write now (always, without a membership: the unit
+        tests' worker)."""
+        return self.membership is None or self.membership.stamp() is not None
+
+    def _stamp(self) -> float | None:
+        """The create time of a batch's records (None, without a membership: the producer's clock);
+        raises `Stale`."""
+        if self.membership is None:
+            return None
+        stamp = self.membership.stamp()
+        if stamp is None:
+            raise Stale(f"membership last confirmed {self.membership.age()} s ago")
+        return stamp
+
+    def _give_back_all(self, where: str) -> None:
+        """Stale: this worker may have lost its partitions without knowing. Forget every partition (their
+        inputs are given back unacknowledged; each is recovered from the table and the log, once the
+        membership is confirmed again and if it is still assigned here)."""
+        self._count("fenced.stale")
+        age = None if self.membership is None else self.membership.age()
+        log.warning(
+            "membership not confirmed for %s s: %s stopped, partitions %s given back",
+            "?" if age is None else f"{age:.1f}",
+            where,
+            sorted(self.ready),
+        )
+        self._forget(set(self.ready))
 
     def _forget(self, partitions: set[int]) -> None:
         if not partitions:
@@ -315,6 +375,8 @@ class EpisodeWorker:
         but not yet restored, or just lost) is skipped and must not be acknowledged to Kafka, so that the
         partition's owner reads it (again) from the committed offset."""
         async with self.lock:
+            if self.ready and not self._may_write():
+                self._give_back_all("a batch")
             partitions = {record.partition for record in inputs} & self.ready
             delay, attempt = self.retry_backoff_s[0], 1
             while True:
@@ -323,6 +385,9 @@ class EpisodeWorker:
                     work = await self._decide_all(inputs)
                     await self._commit(work)
                     return handled
+                except Stale:
+                    self._give_back_all("a batch")
+                    return [False] * len(inputs)
                 except Exception:
                     if attempt >= MAX_BATCH_ATTEMPTS:
                         raise
@@ -340,6 +405,9 @@ class EpisodeWorker:
         for partition in sorted(partitions):
             try:
                 await self._recover(partition)
+            except Stale:
+                self._give_back_all("a rebuild")
+                return
             except Exception:
                 log.exception("partition %d could not be rebuilt (retried with the batch)", partition)
 
@@ -454,6 +522,8 @@ class EpisodeWorker:
                     log.exception("tick of episode %s failed", key)
             try:
                 await self._commit(work)
+            except Stale:
+                self._give_back_all("a tick")
             except Exception:
                 log.exception("a tick failed; rebuilding (the next tick decides again)")
                 await self._rebuild({row.partition for row in work.rows.values()} & self.ready)
@@ -492,20 +562,29 @@ class EpisodeWorker:
             work.logged.append((effects.state.episode, effects.events))
 
     async def _commit(self, work: _Work) -> None:
-        """Send every record, await every ack (one flush), then write each changed row once."""
+        """Send every record, await every ack (one flush), then write each changed row once. Every record
+        and row carries the create time of one membership check made before any is sent (`_stamp`)."""
+        if not work.records and not work.rows:
+            return
+        if self.faults.before_check is not None:
+            self.faults.before_check()
+        stamp = self._stamp()
+        if self.faults.after_check is not None:
+            self.faults.after_check()
         acks = [
-            await self.bus.send(topic, key, value, headers) for topic, key, value, _, headers in work.records
+            await self.bus.send(topic, key, value, headers, stamp)
+            for topic, key, value, _, headers in work.records
         ]
         offsets = await asyncio.gather(*acks)
         if not work.rows:
             return
-        if self.before_row_write is not None:
-            self.before_row_write()
+        if self.faults.before_row_write is not None:
+            self.faults.before_row_write()
         written = {
             key: replace(row, watermark=self.watermarks.get(row.partition, -1))
             for key, row in work.rows.items()
         }
-        await self.rows.write([(row.partition, key, row.encode()) for key, row in written.items()])
+        await self.rows.write([(row.partition, key, row.encode()) for key, row in written.items()], stamp)
         for key, row in written.items():
             self._remember(key, row)
         for (_topic, _key, _value, partition, _headers), offset in zip(work.records, offsets, strict=True):

@@ -4,11 +4,15 @@ which never auto-creates them."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from schemas.topics import TOPICS
+
+log = logging.getLogger(__name__)
 
 # A topic is usable once every partition has a leader in the broker's metadata; until then a consumer that
 # subscribes by name is given no partitions (and kafka-python looks again only at its next metadata refresh).
@@ -56,6 +60,24 @@ def ensure_topics(
     returns the names it created. Raises `KafkaTimeoutError` when they are not ready by `ready_timeout_s`.
     `replication` defaults to the cluster's (`Durability.for_brokers`: 3 copies, 2 in sync, on a cluster of
     three brokers; 1 on a single broker)."""
+    from kafka.errors import KafkaConnectionError, NodeNotReadyError, NotControllerError, UnknownBrokerIdError
+
+    # What making topics may meet on a cluster that is still forming: worth another try.
+    transient = (UnknownBrokerIdError, NodeNotReadyError, NotControllerError, KafkaConnectionError)
+    give_up = time.monotonic() + ready_timeout_s
+    while True:
+        try:
+            return _ensure_topics(bootstrap, run, replication, ready_timeout_s)
+        except transient as exc:
+            # A cluster just formed (or a broker restarting): the admin client can be told of a controller
+            # it has no metadata for yet (seen: UnknownBrokerIdError right after three brokers came up).
+            if time.monotonic() >= give_up:
+                raise
+            log.info("making the topics of run %r: %s; trying again", run, exc)
+            time.sleep(0.5)
+
+
+def _ensure_topics(bootstrap: str, run: str, replication: int | None, ready_timeout_s: float) -> list[str]:
     from kafka.admin import NewTopic
     from kafka.errors import TopicAlreadyExistsError
 

@@ -7,8 +7,9 @@ three Kafka brokers, while a bounded chaos loop injects, one at a time and in a 
 * SIGKILL of one broker of three, started again once episodes have ended without it;
 * network faults on loopback through Toxiproxy, which every client and the brokers' replication go through:
   latency on every broker's connections, and one broker cut off from all of them, then healed;
-* a request worker frozen (SIGSTOP) past its session, then let go: from the run's point of view a worker
-  cut off (not a streams worker: see `FROZEN`).
+* a request worker and a streams worker frozen (SIGSTOP) past their session, then let go: from the run's
+  point of view a worker cut off; the streams worker must write nothing for the partitions that moved
+  meanwhile.
 
 Each fault waits for a moment when episodes are in flight, and some episode must end after it before the
 next (so faults never pile up, however slow the machine). At the end `trialog audit` must report lost 0,
@@ -45,7 +46,14 @@ from ops.stack.images import sandbox_ref
 from ops.testing import KafkaCluster, ToxiproxyProcess
 from schemas.blobs import LocalObjectStore
 from streams.kafka.topics import ensure_topics
-from tests.integration.fault_helpers import LogView, Reader, audited_healthy, dump, wait_for
+from tests.integration.fault_helpers import (
+    LogView,
+    Reader,
+    audited_healthy,
+    dump,
+    stop_processes,
+    wait_for,
+)
 
 TASKS = REPO_ROOT / "examples" / "tasks"
 EXAMPLES = tuple(
@@ -60,13 +68,14 @@ RUN_TIMEOUT_S = 1500.0
 FAULTS = (
     "kill streams", "kill sandbox", "kill rollout", "kill verifier", "kill scheduler", "kill container",
     "kill broker", "latency", "cut off broker", "freeze worker",
-    "kill streams", "kill sandbox", "kill container", "freeze worker",
+    "kill streams", "kill sandbox", "kill container", "freeze streams",
 )  # fmt: skip
 # Frozen past their session, these come back and work on: the request workers' answers are checked by the
-# episode's owner, so a late one is harmless. A streams worker is not frozen here: one frozen past its
-# session comes back and may append for episodes whose partitions moved meanwhile (the first run of this
-# test found it; docs/crash-consistency.md, "A stalled owner"), which only a fenced writer would prevent.
+# episode's owner, so a late one is harmless; a streams worker finds its membership stale and gives back
+# what it holds for partitions that moved meanwhile (`streams.fencing`; before it, the first run of this
+# test found a frozen owner appending for them: docs/crash-consistency.md, "A stalled owner").
 FROZEN = ("sandbox-a", "sandbox-b", "rollout", "verifier")
+FROZEN_STREAMS = ("streams-a", "streams-b")
 # A worker's resident memory at the end may grow from its start by this factor plus this many bytes
 # (caches filling up); a leak over a run grows without bound.
 RSS_FACTOR, RSS_SLACK = 2.0, 300 * 1024 * 1024
@@ -141,17 +150,7 @@ class Processes:
         return "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-chars:]}" for log in logs)
 
     def stop(self) -> None:
-        for process in self.running.values():
-            if process.poll() is None:
-                process.send_signal(signal.SIGCONT)
-                process.send_signal(signal.SIGTERM)
-        give_up = time.monotonic() + 30
-        for process in self.running.values():
-            try:
-                process.wait(timeout=max(0.1, give_up - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
+        stop_processes(self.running.values(), grace_s=30)
 
 
 @dataclass
@@ -264,6 +263,9 @@ class Chaos:
 
     def _freeze_worker(self, record: dict[str, Any]) -> None:
         self._freeze(self.rng.choice(FROZEN), record)
+
+    def _freeze_streams(self, record: dict[str, Any]) -> None:
+        self._freeze(self.rng.choice(FROZEN_STREAMS), record)
 
     def _freeze(self, name: str, record: dict[str, Any]) -> None:
         record["target"] = self.processes.instance(name)

@@ -33,8 +33,10 @@ class Rows(dict[str, bytes]):
         self.partitions: dict[str, int] = {}
         self.changelog: list[tuple[int, str, bytes]] = []  # every row written, in order
         self.max_row_bytes = max_row_bytes
+        self.stamps: list[float | None] = []  # each write's create time, in order
 
-    async def write(self, rows: Sequence[tuple[int, str, bytes]]) -> None:
+    async def write(self, rows: Sequence[tuple[int, str, bytes]], timestamp_s: float | None = None) -> None:
+        self.stamps.append(timestamp_s)
         for partition, key, value in rows:  # the changelog first, every row acknowledged
             if len(value) > self.max_row_bytes:
                 raise RowRefused(f"row {key!r} of {len(value)} bytes is over {self.max_row_bytes}")

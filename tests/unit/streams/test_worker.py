@@ -45,14 +45,21 @@ class Log:
     def __init__(self) -> None:
         self.topics: dict[str, list[tuple[bytes | None, bytes]]] = {}
         self.fail_after: int | None = None  # crash after this many more sends
+        self.stamps: list[float | None] = []  # each send's create time, in order
 
     async def send(
-        self, topic: str, key: bytes | None, value: bytes, headers: Headers = ()
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes,
+        headers: Headers = (),
+        timestamp_s: float | None = None,
     ) -> Awaitable[int]:
         if self.fail_after is not None:
             if self.fail_after == 0:
                 raise Crash(topic)
             self.fail_after -= 1
+        self.stamps.append(timestamp_s)
         records = self.topics.setdefault(topic, [])
         records.append((key, value))
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()

@@ -51,10 +51,15 @@ class Journal(Log):
         self.journal = journal
 
     async def send(
-        self, topic: str, key: bytes | None, value: bytes, headers: Headers = ()
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes,
+        headers: Headers = (),
+        timestamp_s: float | None = None,
     ) -> Awaitable[int]:
         self.journal.append(f"send {topic}")
-        ack = await super().send(topic, key, value)
+        ack = await super().send(topic, key, value, headers, timestamp_s)
 
         async def acked() -> int:
             self.journal.append("ack")
@@ -208,12 +213,17 @@ class FlakyLog(Log):
         self.fail_at = fail_at
 
     async def send(
-        self, topic: str, key: bytes | None, value: bytes, headers: Headers = ()
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes,
+        headers: Headers = (),
+        timestamp_s: float | None = None,
     ) -> Awaitable[int]:
         self.fail_at -= 1
         if self.fail_at == 0:
             raise TimeoutError("the broker did not answer")
-        return await super().send(topic, key, value)
+        return await super().send(topic, key, value, headers, timestamp_s)
 
 
 def test_a_failed_batch_is_rebuilt_from_the_log_and_retried() -> None:
@@ -261,10 +271,15 @@ class HeaderLog(Log):
         self.sent: list[tuple[str, bytes | None, Headers]] = []
 
     async def send(
-        self, topic: str, key: bytes | None, value: bytes, headers: Headers = ()
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes,
+        headers: Headers = (),
+        timestamp_s: float | None = None,
     ) -> Awaitable[int]:
         self.sent.append((topic, key, tuple(headers)))
-        return await super().send(topic, key, value)
+        return await super().send(topic, key, value, headers, timestamp_s)
 
 
 def test_each_input_of_a_batch_has_its_span_and_what_it_caused_names_that_span() -> None:
