@@ -17,6 +17,9 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
+
+import docker
 
 from ops.stack.apt import ensure_commands
 from streams.errors import StackError
@@ -86,3 +89,19 @@ def mount_missing_controllers(
         if done.returncode != 0:
             raise StackError(f"cannot mount the {name} cgroup controller: {done.stderr.strip()}")
     return missing
+
+
+def registered(client: docker.DockerClient) -> list[str]:
+    """The runtimes the engine knows, its default first."""
+    info: dict[str, Any] = client.info()
+    default = str(info.get("DefaultRuntime", "runc"))
+    return [default, *sorted(name for name in info.get("Runtimes", {}) if name != default)]
+
+
+def require_registered(client: docker.DockerClient, name: str) -> None:
+    """A `StackError` unless the engine has the runtime `name`: a sandbox asked to run on a runtime the
+    engine lacks would fail at its first create, long after the worker said it serves."""
+    known = registered(client)
+    if name not in known:
+        hint = "`trialog up` registers crun where Debian's crun installs" if name == CRUN else ""
+        raise StackError(f"the Docker engine has no runtime {name!r} (it has {', '.join(known)})", hint)

@@ -49,6 +49,7 @@ from ops.bench.report import cpu_model, memory_gib
 from ops.cli import kit
 from ops.paths import Paths
 from ops.stack import docker_engine, images
+from ops.stack.runtimes import CRUN, registered
 from sandbox_agent.docker_backend import DockerBackend
 from sandbox_agent.limits import MIB, Quotas, SandboxSpec
 from sandbox_agent.pool import WarmPool
@@ -58,7 +59,6 @@ from streams.errors import StackError
 SECTION = "## compare: sandbox churn"
 BENCH_LABEL = "dev.trialog.bench"
 LABEL_VALUE = "churn"
-CRUN = "crun"  # ops.stack.runtimes.CRUN: the name `trialog up` registers Debian's crun under
 TARGET_P50_MS = 90.0  # Daytona's advertised sandbox creation
 TARGET_PER_S = 10.0  # Firecracker: 5 microVMs per core per second, on 2 cores
 QUOTAS = Quotas(memory_bytes=512 * MIB, cpus=1.0, pids=128, workspace_bytes=64 * MIB, tmp_bytes=32 * MIB)
@@ -178,9 +178,7 @@ class Engine:
 
     def runtimes(self) -> list[str]:
         """The OCI runtimes this engine has registered, its default first."""
-        info: dict[str, Any] = self.client.info()
-        default = str(info.get("DefaultRuntime", "runc"))
-        return [default, *sorted(name for name in info.get("Runtimes", {}) if name != default)]
+        return registered(self.client)
 
     def remove(self, container_id: str) -> None:
         with contextlib.suppress(NotFound):  # removed already
@@ -372,6 +370,13 @@ def reading(results: list[Result]) -> list[str]:
 
 
 def measure(args: argparse.Namespace) -> str:
+    """The part's section of BENCHMARKS.md."""
+    results, runtimes, machine = measured(args)
+    return render(args, machine, results, runtimes)
+
+
+def measured(args: argparse.Namespace) -> tuple[list[Result], list[str], str]:
+    """Every variant's figures, the engine's runtimes and the machine; no churn container is left."""
     paths = Paths.from_env()
     engine_url = docker_engine.require(paths).url
     client = docker.DockerClient(base_url=engine_url, timeout=120)
@@ -396,7 +401,7 @@ def measure(args: argparse.Namespace) -> str:
             engine.remove(container_id)
         shutil.rmtree(engine.scratch, ignore_errors=True)
         client.close()
-    return render(args, machine, results, runtimes)
+    return results, runtimes, machine
 
 
 def leftovers(client: docker.DockerClient) -> list[str]:
