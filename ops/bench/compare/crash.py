@@ -62,6 +62,7 @@ TARGET_RATIO = 10.0  # issue 19: at least 10x less redone work
 LIMITS = ResourceLimits(cpus=1.0, memory_mb=512, pids=128, disk_mb=64)
 QUOTAS = Quotas.from_resource_limits(LIMITS)  # what the worker makes of a request's limits: one spec
 STEP_TIMEOUT_S = 120.0
+CRASHING_EXTRA_S = 60.0  # how much longer the attempt that is killed would work (it never gets there)
 
 # Step 0 writes a source tree (FILES files of 10 KB); step i > 0 appends to one of them, writes its own
 # note, then works for the step's time. Deterministic: the same steps give the same workspace on any side.
@@ -178,15 +179,17 @@ class Bench:
     spec: SandboxSpec
     args: argparse.Namespace
 
-    def command(self, step: int) -> str:
-        """The step's command line, as a policy's `RunCommand` carries it."""
-        return shlex.join(
-            ["python3", "-c", STEP_SCRIPT, str(step), f"{self.args.crash_step_s:g}", str(FILES)]
-        )
+    def command(self, step: int, *, crashing: bool = False) -> str:
+        """The step's command line, as a policy's `RunCommand` carries it. The attempt that crashes works
+        on until it is killed: on a loaded machine a kill timed inside a short step could otherwise land
+        after the step ended (the lost part is the time up to the kill either way)."""
+        work_s = float(self.args.crash_step_s) + (CRASHING_EXTRA_S if crashing else 0.0)
+        return shlex.join(["python3", "-c", STEP_SCRIPT, str(step), f"{work_s:g}", str(FILES)])
 
-    def argv(self, step: int) -> list[str]:
+    def argv(self, step: int, *, crashing: bool = False) -> list[str]:
         """What the sandbox worker runs for that `RunCommand` (`sandbox_agent.actions.invocation_for`)."""
-        return list(invocation_for(RunCommand(self.command(step)), self.backend.snapshots.objects).argv)
+        command = RunCommand(self.command(step, crashing=crashing))
+        return list(invocation_for(command, self.backend.snapshots.objects).argv)
 
     def kill_after(self, sandbox: Sandbox, seconds: float) -> threading.Timer:
         def kill() -> None:
@@ -213,7 +216,7 @@ def play_restart(bench: Bench, crash: Crash, comparison: Comparison) -> EpisodeC
         timer = bench.kill_after(sandbox, bench.crash_delay(crash))
         crashed_at = time.perf_counter()
         try:
-            backend.exec(sandbox, bench.argv(crash.step))
+            backend.exec(sandbox, bench.argv(crash.step, crashing=True))
         except SandboxError:
             pass
         else:
@@ -264,7 +267,7 @@ def play_resume(bench: Bench, episode: int, crash: Crash, worker: SandboxWorker)
                 sandbox = worker.sandboxes.for_step(episode_id, bench.spec, snapshot)
                 timer = bench.kill_after(sandbox, bench.crash_delay(crash))
                 crashed_at = time.perf_counter()
-                answer = worker.handle(_request(bench, episode_id, step, attempt, snapshot))
+                answer = worker.handle(_request(bench, episode_id, step, attempt, snapshot, crashing=True))
                 timer.join()
                 lost = time.perf_counter() - crashed_at
                 if not (isinstance(answer, EpisodeFailed) and answer.failure == FailureClass.SANDBOX_CRASH):
@@ -287,7 +290,9 @@ def play_resume(bench: Bench, episode: int, crash: Crash, worker: SandboxWorker)
     return EpisodeCost(crash.step, lost, recovery, total, snapshot_s, snapshot)
 
 
-def _request(bench: Bench, episode_id: str, step: int, attempt: int, snapshot: str | None) -> SandboxRequest:
+def _request(
+    bench: Bench, episode_id: str, step: int, attempt: int, snapshot: str | None, *, crashing: bool = False
+) -> SandboxRequest:
     meta = EventMeta(
         event_id=f"req-{episode_id}-{step}-{attempt}",
         occurred_at_us=time.time_ns() // 1000,
@@ -303,7 +308,7 @@ def _request(bench: Bench, episode_id: str, step: int, attempt: int, snapshot: s
         prev_hash=f"{step:064x}",
         traceparent=None,
     )
-    command = RunCommand(bench.command(step))
+    command = RunCommand(bench.command(step, crashing=crashing))
     return SandboxRequest(meta, bench.spec.image, command, STEP_TIMEOUT_S, 4096, LIMITS)
 
 
