@@ -1,11 +1,12 @@
 """`trialog bench compare --parts churn`: sandbox churn, create+start latency and sustained sandboxes per
 second, against `docker run`, for every way of starting a container this engine allows.
 
-Each variant is measured the same way, one after the other in one run on one engine: `--churn-rounds`
-sequential create+starts (p50, p90; the container is removed after each, untimed), then sustained churn
-for `--churn-sustain-s` seconds (create, start, remove in a loop) by 1 thread and by `--churn-threads`
-threads. A create+start is done when the container runs (`docker run -d` returns, the SDK's start call
-returns) and, for trialog's sandboxes, when its exec server has said hello (ready for a step). Variants:
+Each variant is measured the same way, in turns with the others in one run on one engine (a load that comes
+and goes on a shared machine falls on all alike): `--churn-rounds` create+starts (p50, p90; the container is
+removed after each, untimed), then `--churn-sustain-s` seconds of sustained churn (create, start, remove in
+a loop, in slices taken in turns) by 1 thread and by `--churn-threads` threads. A create+start is done
+when the container runs (`docker run -d` returns, the SDK's start call returns) and, for trialog's
+sandboxes, when its exec server has said hello (ready for a step). Variants:
 
 * `docker run -d` (the CLI: what a harness that shells out pays);
 * the SDK's create + start with a bare config (`sleep` as PID 1, no network), and the same with the log
@@ -63,6 +64,8 @@ TARGET_P50_MS = 90.0  # Daytona's advertised sandbox creation
 TARGET_PER_S = 10.0  # Firecracker: 5 microVMs per core per second, on 2 cores
 QUOTAS = Quotas(memory_bytes=512 * MIB, cpus=1.0, pids=128, workspace_bytes=64 * MIB, tmp_bytes=32 * MIB)
 BARE_COMMAND = ["sleep", "infinity"]
+WARM_ROUNDS = 2
+SLICES = 3  # turns each variant's sustained churn is cut into
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -123,8 +126,9 @@ def meets(result: Result) -> tuple[bool, bool]:
     return result.p50 * 1000 <= TARGET_P50_MS, result.best_rate >= TARGET_PER_S
 
 
-def sustained_rate(cycle: Callable[[], None], threads: int, seconds: float) -> float:
-    """Completed cycles per second while `threads` threads run `cycle` back to back for `seconds`."""
+def sustained(cycle: Callable[[], None], threads: int, seconds: float) -> tuple[int, float]:
+    """Cycles completed while `threads` threads run `cycle` back to back for `seconds`, and the seconds
+    it took (the last cycles end past `seconds`)."""
     stop_at = time.monotonic() + seconds
     done = [0]
     lock = threading.Lock()
@@ -139,7 +143,7 @@ def sustained_rate(cycle: Callable[[], None], threads: int, seconds: float) -> f
     with ThreadPoolExecutor(threads) as executor:
         for future in [executor.submit(loop) for _ in range(threads)]:
             future.result()
-    return done[0] / (time.monotonic() - started)
+    return done[0], time.monotonic() - started
 
 
 # -- the variants ----------------------------------------------------------------------------------------
@@ -267,19 +271,33 @@ def variants_for(engine: Engine, runtimes: list[str], spec: SandboxSpec) -> list
     return variants
 
 
-def measure_variant(variant: Variant, args: argparse.Namespace) -> Result:
-    result = Result(variant.name, variant.runtime, note=variant.note)
-    for round_ in range(args.churn_rounds + 2):
-        made = variant.ahead() if variant.ahead else None
-        started = time.perf_counter()
-        made = variant.make(made)
-        took = time.perf_counter() - started
-        variant.remove(made)
-        if round_ >= 2:  # the first two warm the engine's and the client's caches
-            result.latencies.append(took)
+def measure_variants(variants: list[Variant], args: argparse.Namespace) -> list[Result]:
+    """Every variant measured in turns, so that a load that comes and goes on a shared machine falls on all
+    of them alike: each latency round runs every variant once (in alternating order), and each load's
+    sustained churn is cut into slices taken in turns, the rate being all cycles over all seconds."""
+    results = [Result(variant.name, variant.runtime, note=variant.note) for variant in variants]
+    pairs = list(zip(variants, results, strict=True))
+    for round_ in range(args.churn_rounds + WARM_ROUNDS):
+        for variant, result in pairs if round_ % 2 == 0 else reversed(pairs):
+            made = variant.ahead() if variant.ahead else None
+            started = time.perf_counter()
+            made = variant.make(made)
+            took = time.perf_counter() - started
+            variant.remove(made)
+            if round_ >= WARM_ROUNDS:  # the first rounds warm the engine's and the client's caches
+                result.latencies.append(took)
     for threads in sorted({1, args.churn_threads}):
-        result.rates[threads] = sustained_rate(variant.cycle, threads, args.churn_sustain_s)
-    return result
+        counts = {id(variant): (0, 0.0) for variant in variants}
+        for slice_ in range(SLICES):
+            _say(f"sustained churn, {threads} thread(s), slice {slice_ + 1}/{SLICES}")
+            for variant, _ in pairs if slice_ % 2 == 0 else reversed(pairs):
+                done, took = sustained(variant.cycle, threads, args.churn_sustain_s / SLICES)
+                before = counts[id(variant)]
+                counts[id(variant)] = (before[0] + done, before[1] + took)
+        for variant, result in pairs:
+            done, took = counts[id(variant)]
+            result.rates[threads] = done / took
+    return results
 
 
 def measure_pool(engine: Engine, spec: SandboxSpec, args: argparse.Namespace) -> Result:
@@ -387,9 +405,9 @@ def measured(args: argparse.Namespace) -> tuple[list[Result], list[str], str]:
     runtimes = engine.runtimes()
     results: list[Result] = []
     try:
-        for variant in variants_for(engine, runtimes, spec):
-            _say(f"{variant.name} ({variant.runtime})")
-            results.append(measure_variant(variant, args))
+        variants = variants_for(engine, runtimes, spec)
+        _say(f"{len(variants)} variants: create+start rounds")
+        results += measure_variants(variants, args)
         _say("warm pool acquire")
         results.append(measure_pool(engine, spec, args))
         left = leftovers(client)

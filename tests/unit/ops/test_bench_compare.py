@@ -77,7 +77,7 @@ def test_crash_section_reports_both_sides_and_the_target() -> None:
     assert "(target >= 10x: NOT met)" in crash.render(args, "a machine", slow)
 
 
-def test_sustained_rate_counts_completed_cycles_across_threads() -> None:
+def test_sustained_churn_counts_completed_cycles_across_threads() -> None:
     done: list[int] = []
     lock = threading.Lock()
 
@@ -86,11 +86,12 @@ def test_sustained_rate_counts_completed_cycles_across_threads() -> None:
         with lock:
             done.append(1)
 
-    one = churn.sustained_rate(cycle, 1, 0.5)
-    four = churn.sustained_rate(cycle, 4, 0.5)
-    assert 8 <= one <= 22  # about 20 per second, less the last cycle's overrun
+    one, took = churn.sustained(cycle, 1, 0.5)
+    four, took_four = churn.sustained(cycle, 4, 0.5)
+    assert 0.5 <= took < 0.7 and 0.5 <= took_four < 0.7  # the last cycles end past the time given
+    assert 7 <= one <= 11  # about 20 per second for half a second
     assert four > 2.5 * one
-    assert len(done) > 0
+    assert len(done) == one + four
 
 
 def _result(name: str, runtime: str, ms: float, rate: float | None) -> churn.Result:
