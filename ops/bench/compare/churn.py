@@ -65,6 +65,12 @@ TARGET_PER_S = 10.0  # Firecracker: 5 microVMs per core per second, on 2 cores
 QUOTAS = Quotas(memory_bytes=512 * MIB, cpus=1.0, pids=128, workspace_bytes=64 * MIB, tmp_bytes=32 * MIB)
 BARE_COMMAND = ["sleep", "infinity"]
 WARM_ROUNDS = 2
+CLI = "`docker run -d --network none IMG sleep infinity` (CLI)"
+BARE = "SDK create + start, bare config"
+TRIALOG = "trialog sandbox (`DockerBackend.create`, exec server ready)"
+AHEAD = "trialog sandbox created ahead, started on demand (`prepare`; `start` timed)"
+NO_SERVER = "trialog's container config, exec server not waited for"
+POOL = "trialog warm pool acquire (a started sandbox handed out)"
 SLICES = 3  # turns each variant's sustained churn is cut into
 
 
@@ -202,7 +208,7 @@ def cli_variant(engine: Engine) -> Variant:
             raise StackError(f"docker run failed: {done.stderr.strip()[-300:]}")
         return done.stdout.strip()
 
-    return Variant("`docker run -d --network none IMG sleep infinity` (CLI)", "default", make, engine.remove)
+    return Variant(CLI, "default", make, engine.remove)
 
 
 def sdk_variant(engine: Engine, runtime: str, *, no_logs: bool) -> Variant:
@@ -218,7 +224,7 @@ def sdk_variant(engine: Engine, runtime: str, *, no_logs: bool) -> Variant:
         api.start(created["Id"])
         return str(created["Id"])
 
-    name = "SDK create + start, bare config" + (", log driver `none`" if no_logs else "")
+    name = BARE + (", log driver `none`" if no_logs else "")
     return Variant(name, runtime, make, engine.remove)
 
 
@@ -227,13 +233,13 @@ def trialog_variants(engine: Engine, runtime: str, spec: SandboxSpec) -> list[Va
     backend = DockerBackend(engine.client, engine.objects, labels=engine.labels, runtime=runtime)
     return [
         Variant(
-            "trialog sandbox (`DockerBackend.create`, exec server ready)",
+            TRIALOG,
             runtime,
             lambda _: backend.create(spec),
             backend.destroy,
         ),
         Variant(
-            "trialog sandbox created ahead, started on demand (`prepare`; `start` timed)",
+            AHEAD,
             runtime,
             backend.start,
             backend.destroy,
@@ -250,7 +256,7 @@ def no_server_variant(engine: Engine, runtime: str, spec: SandboxSpec) -> Varian
         engine.client, engine.objects, labels=engine.labels, runtime=runtime, exec_channel=False
     )
     return Variant(
-        "trialog's container config, exec server not waited for",
+        NO_SERVER,
         runtime,
         lambda _: bare.create(spec),
         bare.destroy,
@@ -303,7 +309,7 @@ def measure_variants(variants: list[Variant], args: argparse.Namespace) -> list[
 def measure_pool(engine: Engine, spec: SandboxSpec, args: argparse.Namespace) -> Result:
     """A warm pool hands out a sandbox started before it was asked for; refilled between rounds."""
     backend = DockerBackend(engine.client, LocalObjectStore(engine.scratch / "pool"), labels=engine.labels)
-    result = Result("trialog warm pool acquire (a started sandbox handed out)", "default")
+    result = Result(POOL, "default")
     result.note = "refilled in the background by the create above: its sustained rate is that create's"
     with WarmPool(backend, spec, size=2) as pool:
         for _ in range(args.churn_rounds):
@@ -348,7 +354,7 @@ def render(args: argparse.Namespace, machine: str, results: list[Result], runtim
             f"| {result.name} | {result.runtime} | {result.p50 * 1000:.0f} ms | {result.p90 * 1000:.0f} ms "
             f"| {rates} | {_verdict(fast)} | {rate_verdict} |"
         )
-    lines += ["", *reading(results)]
+    lines += ["", *reading(results), *where_time_goes(results, runtimes[0])]
     notes = [f"- {result.name} ({result.runtime}): {result.note}" for result in results if result.note]
     return "\n".join([*lines, *notes]) + "\n"
 
@@ -359,7 +365,7 @@ def _verdict(ok: bool) -> str:
 
 def reading(results: list[Result]) -> list[str]:
     """What the table says, computed from it: the baseline, the best of each measure, crun against runc."""
-    baseline = next(result for result in results if result.name.startswith("`docker run"))
+    baseline = next(result for result in results if result.name == CLI)
     made = [result for result in results if result.rates]  # the pool's acquire makes nothing
     fastest = min(made, key=lambda result: result.p50)
     most = max(made, key=lambda result: result.best_rate)
@@ -384,12 +390,39 @@ def reading(results: list[Result]) -> list[str]:
     return lines
 
 
+def where_time_goes(results: list[Result], default: str) -> list[str]:
+    """trialog's create+start taken apart by the variants that leave one piece out each (p50 differences,
+    so only roughly additive), and whether the engine's own path already misses the target."""
+    p50 = {(result.name, result.runtime): result.p50 * 1000 for result in results}
+    needed = [(BARE, default), (NO_SERVER, default), (TRIALOG, default), (AHEAD, default), (POOL, "default")]
+    if not all(key in p50 for key in needed):
+        return []
+    bare, no_server, full, ahead, pool = (p50[key] for key in needed)
+    floor = min(value for (name, _), value in p50.items() if name == BARE)
+    lines = [
+        f"- where trialog's create+start goes ({default}, p50 differences): the engine's bare create+start "
+        f"{bare:.0f} ms, trialog's container config (read-only root, tmpfs mounts, seccomp, quotas) "
+        f"{no_server - bare:+.0f} ms, its exec server's start and hello {full - no_server:+.0f} ms; "
+        f"creating ahead takes {full - ahead:.0f} ms (the create) off the on-demand path",
+    ]
+    if floor > TARGET_P50_MS:
+        lines.append(
+            f"- the engine's own path (dockerd, containerd, a shim, the runtime) with nothing of trialog's "
+            f"takes {floor:.0f} ms at best here, above the {TARGET_P50_MS:g} ms target by itself: no sandbox "
+            f"config meets it on this engine and machine; trialog keeps create+start off an episode's path "
+            f"with its warm pool ({pool:.1f} ms to acquire), whose refill rate is the create's"
+        )
+    return lines
+
+
 # -- the part --------------------------------------------------------------------------------------------
 
 
 def measure(args: argparse.Namespace) -> str:
     """The part's section of BENCHMARKS.md."""
+    load_before = os.getloadavg()[0]
     results, runtimes, machine = measured(args)
+    machine += f"; 1-minute load average {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
     return render(args, machine, results, runtimes)
 
 

@@ -395,7 +395,10 @@ def render(args: argparse.Namespace, machine: str, comparison: Comparison) -> st
 
 def measure(args: argparse.Namespace) -> str:
     """The part's section of BENCHMARKS.md."""
-    return render(args, f"{cpu_model()}, {os.cpu_count()} cores", measured(args))
+    load_before = os.getloadavg()[0]
+    comparison = measured(args)
+    load = f"1-minute load average {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
+    return render(args, f"{cpu_model()}, {os.cpu_count()} cores; {load}", comparison)
 
 
 def measured(args: argparse.Namespace) -> Comparison:

@@ -111,7 +111,7 @@ def test_targets_are_judged_on_p50_and_the_best_rate() -> None:
 def test_churn_section_has_a_row_per_variant_and_compares_crun_with_runc() -> None:
     args = _args("--churn-threads", "4")
     results = [
-        _result("`docker run -d` (CLI)", "default", 180, 8.0),
+        _result(churn.CLI, "default", 180, 8.0),
         _result("bare", "runc", 150, 8.2),
         _result("bare", "crun", 120, 8.6),
         _result("pool acquire", "default", 0.02, None),
@@ -125,3 +125,24 @@ def test_churn_section_has_a_row_per_variant_and_compares_crun_with_runc() -> No
     assert "- crun against runc, bare: p50 150 -> 120 ms, 8.2 -> 8.6 per second" in lines
     assert "- fastest create+start: bare (crun), 120 ms (target NOT met)" in lines  # the pool makes nothing
     assert "| pool acquire | default | 0 ms | 0 ms | - | - | met | - (see note) |" in rows
+
+
+def test_trialogs_create_start_is_taken_apart_and_the_engines_floor_judged() -> None:
+    results = [
+        _result(churn.CLI, "default", 180, 8.0),
+        _result(churn.BARE, "runc", 150, 8.0),
+        _result(churn.BARE, "crun", 120, 8.0),
+        _result(churn.NO_SERVER, "runc", 170, 6.0),
+        _result(churn.TRIALOG, "runc", 230, 5.0),
+        _result(churn.AHEAD, "runc", 200, 5.0),
+        _result(churn.POOL, "default", 0.02, None),
+    ]
+    lines = churn.where_time_goes(results, "runc")
+    assert "bare create+start 150 ms" in lines[0]
+    assert "container config (read-only root, tmpfs mounts, seccomp, quotas) +20 ms" in lines[0]
+    assert "exec server's start and hello +60 ms" in lines[0]
+    assert "creating ahead takes 30 ms (the create)" in lines[0]
+    assert "takes 120 ms at best here, above the 90 ms target by itself" in lines[1]
+    fast = [*results[:2], _result(churn.BARE, "crun", 80, 8.0), *results[3:]]
+    assert len(churn.where_time_goes(fast, "runc")) == 1  # the engine's path could meet it: no such claim
+    assert churn.where_time_goes(results[:3], "runc") == []  # a variant missing: nothing to take apart
