@@ -139,8 +139,10 @@ class DockerBackend:
         labels: Mapping[str, str] | None = None,
         user: str = SANDBOX_USER,
         exec_channel: bool = True,
+        runtime: str | None = None,
     ) -> None:
         self._api: Any = client.api
+        self._runtime = runtime  # an OCI runtime the engine knows (e.g. "crun"); None: the engine's default
         self.snapshots = SnapshotStore(objects)
         self._labels = {SANDBOX_LABEL: "1", **owner_labels(), **(labels or {})}  # owner: for the reaper
         self._user = user
@@ -155,6 +157,12 @@ class DockerBackend:
     # -- lifecycle -----------------------------------------------------------------------------------
 
     def create(self, spec: SandboxSpec) -> Sandbox:
+        return self.start(self.prepare(spec))
+
+    def prepare(self, spec: SandboxSpec) -> Sandbox:
+        """A sandbox created but not started (no process, no memory in use): the engine's create is a large
+        share of create+start, so a caller can create ahead of demand and only `start` when one is needed.
+        Destroy it like any other."""
         try:
             created = self._api.create_container(
                 spec.image,
@@ -171,7 +179,10 @@ class DockerBackend:
         except APIError as exc:
             explanation = exc.explanation or exc
             raise SandboxError(f"cannot create a sandbox from {spec.image}: {explanation}") from exc
-        sandbox = Sandbox(created["Id"], spec)
+        return Sandbox(created["Id"], spec)
+
+    def start(self, sandbox: Sandbox) -> Sandbox:
+        """Start a sandbox from `prepare`: ready for `exec` when this returns."""
         try:
             state = self._start(sandbox)
         except BaseException:
@@ -225,6 +236,7 @@ class DockerBackend:
         owner = f"uid={uid},gid={gid}"
         return self._api.create_host_config(
             network_mode="none",
+            runtime=self._runtime,
             read_only=True,
             cap_drop=["ALL"],
             cap_add=SERVER_CAPS,  # PID 1's; the agent's commands run with none (bounding set emptied)

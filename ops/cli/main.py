@@ -62,6 +62,7 @@ WORKER_GROUPS: tuple[Callable[[kit.Subparsers], None], ...] = (
 
 BENCHMARKS = {
     "codec": "ops.bench.codec",
+    "compare": "ops.bench.compare",
     "sandbox": "ops.bench.sandbox",
     "pipeline": "ops.bench.pipeline",
     "tracing": "ops.bench.tracing",

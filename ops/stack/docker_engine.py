@@ -1,7 +1,8 @@
 """The Docker engine: Debian's docker.io, started with no bridge network and no iptables rules.
 
 An engine that already answers (DOCKER_HOST, or the system socket) is used as it is and never stopped by
-trialog; otherwise trialog starts its own `dockerd` with its data under the stack's home folder.
+trialog; otherwise trialog starts its own `dockerd` with its data under the stack's home folder, with
+Debian's crun registered as the runtime `crun` beside the default runc (`ops/stack/runtimes.py`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from docker.errors import DockerException
 
 from ops import process
 from ops.paths import Paths
+from ops.stack import runtimes
 from ops.stack.apt import ensure_commands
 from ops.stack.health import Health
 from streams.errors import StackError
@@ -111,9 +113,11 @@ def _start(paths: Paths) -> Engine:
     home = paths.component("docker")
     url = _own_socket(paths)
     pid_file, log_file = home / "dockerd.pid", home / "dockerd.log"
+    crun = runtimes.ensure_crun()  # None: runc only, as an engine without crun always was
     argv = [
         "dockerd",
         *DOCKERD_FLAGS,
+        *runtimes.dockerd_flags(crun),
         f"--data-root={home / 'data'}",
         f"--exec-root={home / 'exec'}",
         f"--pidfile={home / 'dockerd.self.pid'}",

@@ -104,6 +104,7 @@ REFUSED = [
     (["worker", "learner", "--process-reward-coef", "-0.5"], "--process-reward-coef"),
     (["worker", "sandbox", "--pool", "-1"], "--pool"),
     (["worker", "sandbox", "--max-episodes", "0"], "--max-episodes"),
+    (["worker", "sandbox", "--runtime", "run c"], "--runtime"),
     (["worker", "rollout", "--batch", "0"], "--batch"),
     (["worker", "rollout", "--max-new-tokens", "0"], "--max-new-tokens"),
     (["worker", "rollout", "--threads", "-1"], "--threads"),
