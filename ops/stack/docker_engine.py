@@ -1,8 +1,9 @@
 """The Docker engine: Debian's docker.io, started with no bridge network and no iptables rules.
 
 An engine that already answers (DOCKER_HOST, or the system socket) is used as it is and never stopped by
-trialog; otherwise trialog starts its own `dockerd` with its data under the stack's home folder, with
-Debian's crun registered as the runtime `crun` beside the default runc (`ops/stack/runtimes.py`).
+trialog; otherwise trialog starts its own `dockerd` with its data under the stack's home folder (with
+`TRIALOG_CRUN=1`, Debian's crun registered as the runtime `crun` beside the default runc:
+`ops/stack/runtimes.py`).
 """
 
 from __future__ import annotations
@@ -113,7 +114,8 @@ def _start(paths: Paths) -> Engine:
     home = paths.component("docker")
     url = _own_socket(paths)
     pid_file, log_file = home / "dockerd.pid", home / "dockerd.log"
-    crun = runtimes.ensure_crun()  # None: runc only, as an engine without crun always was
+    # Opt-in (it changes the host); None: runc only, as an engine without crun always was.
+    crun = runtimes.ensure_crun() if runtimes.crun_wanted(dict(os.environ)) else None
     argv = [
         "dockerd",
         *DOCKERD_FLAGS,

@@ -1,9 +1,11 @@
 """OCI runtimes for the Docker engine trialog starts: runc (the engine's default) and Debian's crun.
 
 crun is a C runtime that starts containers faster than runc (no Go runtime to start for every container:
-BENCHMARKS.md "compare: sandbox churn" measures it against runc). `trialog up` installs it and registers it
-with the engine as the runtime `crun`; sandboxes use it only when asked (`trialog worker sandbox --runtime
-crun`), so runc stays the default and everything works where crun is absent.
+BENCHMARKS.md "compare: sandbox churn" measures it against runc). Asked for (`TRIALOG_CRUN=1 trialog up`),
+the engine trialog starts gets it installed and registered as the runtime `crun`; sandboxes use it only when
+asked (`trialog worker sandbox --runtime crun`), so runc stays the default and everything works without it.
+It is opt-in because readying it changes the host (a Debian package, and on a hybrid cgroup host a cgroup
+controller mounted: below), which a plain `trialog up` should not do.
 
 On a host with cgroup v1 controllers mounted next to a v2 hierarchy (hybrid), crun refuses to create a
 container while a controller is left on the v2 hierarchy (here: `hugetlb`, in no v1 mount); runc does not
@@ -50,6 +52,19 @@ def stranded_controllers(unified_controllers: str, proc_mounts: str) -> list[str
 def dockerd_flags(crun: Path | None) -> list[str]:
     """The engine's runtime flags: crun registered by name when it is installed (runc needs none)."""
     return [f"--add-runtime={CRUN}={crun}"] if crun is not None else []
+
+
+CRUN_ENV = "TRIALOG_CRUN"
+
+
+def crun_wanted(env: dict[str, str]) -> bool:
+    """Whether `TRIALOG_CRUN` asks for crun (1/true/yes; 0/false/no or unset: not)."""
+    value = env.get(CRUN_ENV, "").strip().lower()
+    if value in ("", "0", "false", "no"):
+        return False
+    if value in ("1", "true", "yes"):
+        return True
+    raise StackError(f"{CRUN_ENV}={env[CRUN_ENV]!r} is neither 1 nor 0", f"set {CRUN_ENV}=1 to register crun")
 
 
 def ensure_crun() -> Path | None:
@@ -103,5 +118,5 @@ def require_registered(client: docker.DockerClient, name: str) -> None:
     engine lacks would fail at its first create, long after the worker said it serves."""
     known = registered(client)
     if name not in known:
-        hint = "`trialog up` registers crun where Debian's crun installs" if name == CRUN else ""
+        hint = "`trialog down`, then `TRIALOG_CRUN=1 trialog up` registers crun" if name == CRUN else ""
         raise StackError(f"the Docker engine has no runtime {name!r} (it has {', '.join(known)})", hint)

@@ -64,3 +64,13 @@ def test_a_worker_asks_only_for_a_runtime_the_engine_has() -> None:
     with pytest.raises(StackError, match="no runtime 'crun' \\(it has runc\\)") as refused:
         runtimes.require_registered(_RuncOnly(), "crun")
     assert "trialog up" in refused.value.hint
+
+
+def test_crun_is_registered_only_when_asked_for() -> None:
+    assert not runtimes.crun_wanted({})
+    assert not runtimes.crun_wanted({"TRIALOG_CRUN": "0"}) and not runtimes.crun_wanted(
+        {"TRIALOG_CRUN": "no"}
+    )
+    assert runtimes.crun_wanted({"TRIALOG_CRUN": "1"}) and runtimes.crun_wanted({"TRIALOG_CRUN": " Yes "})
+    with pytest.raises(StackError, match="TRIALOG_CRUN"):
+        runtimes.crun_wanted({"TRIALOG_CRUN": "maybe"})
