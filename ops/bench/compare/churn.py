@@ -17,7 +17,7 @@ sandboxes, when its exec server has said hello (ready for a step). Variants:
   timed, so its sustained rate is the full create's);
 * trialog's warm pool: a started sandbox handed out (acquire);
 * each of the above that takes a runtime, once per OCI runtime the engine has registered (runc always;
-  crun where `trialog up` registered it: `ops/stack/runtimes.py`).
+  crun where `TRIALOG_CRUN=1 trialog up` registered it: `ops/stack/runtimes.py`).
 
 Every container a variant creates carries a label and is removed; the part checks that none is left.
 """
