@@ -15,9 +15,11 @@ from pathlib import Path
 import docker
 import pytest
 from kafka import KafkaProducer
+from kafka.admin import ConfigResource, ConfigResourceType
 
 from ops.cli.main import main as trialog
 from ops.paths import Paths
+from ops.process import wait_until
 from ops.testing import KafkaContainer
 from sandbox_agent.hosttree import read_tree
 from sandbox_agent.manifest import MANIFEST_MEDIA_TYPE, SnapshotId
@@ -26,6 +28,7 @@ from schemas.blobs import LocalObjectStore
 from schemas.codec import default_codec
 from schemas.testing import EpisodeScript
 from schemas.topics import EPISODE_EVENTS
+from streams.kafka import clients
 from streams.kafka.topics import ensure_topics
 
 DAY_S = 86400.0
@@ -47,6 +50,25 @@ def _stored(store: LocalObjectStore, snapshot: SnapshotId) -> bool:
     return store.path_of(snapshot.sha256, MANIFEST_MEDIA_TYPE).is_file()
 
 
+def _accept_old_records(bootstrap: str, topic: str) -> None:
+    """This test writes episodes dated weeks back, which `episode.events` refuses (records more than
+    `LATE_WRITE_MAX_MS` old: the fence of `streams.fencing`); lift that for its own run's topic."""
+    admin = clients.admin(bootstrap)
+    try:
+        century = str(100 * 365 * 86_400_000)
+        change = ConfigResource(ConfigResourceType.TOPIC, topic, {"message.timestamp.before.max.ms": century})
+        answer = admin.alter_configs([change], incremental=True)
+        assert answer == {"topic": {topic: "OK"}}, answer
+
+        def applied() -> bool:
+            described = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+            return bool(described["topic"][topic]["message.timestamp.before.max.ms"]["value"] == century)
+
+        assert wait_until(applied, timeout_s=30), "the topic kept its timestamp bound"
+    finally:
+        admin.close()
+
+
 @pytest.fixture
 def kafka_bootstrap(docker_client: docker.DockerClient, stack_paths: Paths) -> Iterator[str]:
     container = KafkaContainer(stack_paths).start()
@@ -59,6 +81,7 @@ def test_old_episodes_blobs_go_and_recent_ones_stay(
 ) -> None:
     run = f"gc{uuid.uuid4().hex[:6]}"
     ensure_topics(kafka_bootstrap, run)
+    _accept_old_records(kafka_bootstrap, EPISODE_EVENTS.of(run))
     store = LocalObjectStore(tmp_path / "objects")
     old = _old_snapshot(store, tmp_path / "old", b"print('an episode of last month')\n")
     recent = _old_snapshot(store, tmp_path / "recent", b"print('an episode of yesterday')\n")
