@@ -70,6 +70,7 @@ BENCHMARKS = {
     "grading": "ops.bench.grading",
     "guard": "ops.bench.guard",
     "process-rewards": "ops.bench.process_rewards",
+    "compare": "ops.bench.compare",
 }
 
 
