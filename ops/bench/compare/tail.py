@@ -102,7 +102,10 @@ def measure(args: argparse.Namespace, progress: Callable[[str], None] | None = N
     return render(args, result)
 
 
-def run_both(args: argparse.Namespace, progress: Callable[[str], None] | None = None) -> TailResult:
+def run_both(
+    args: argparse.Namespace, progress: Callable[[str], None] | None = None, bootstrap: str | None = None
+) -> TailResult:
+    """Both sides, one after the other, on the stack's Kafka (or `bootstrap`) and Docker engine."""
     from actors.tasks.spec import load_task
     from ops.bench.compare.sync_loop import DockerLoopEnv, loop_batches, run_loop
     from ops.bench.compare.tail_pipeline import PipelineSettings, run_pipeline
@@ -113,7 +116,7 @@ def run_both(args: argparse.Namespace, progress: Callable[[str], None] | None = 
     from ops.stores import open_objects
 
     say_ = progress or say
-    bootstrap = StackConfig.load().kafka.bootstrap
+    bootstrap = bootstrap or StackConfig.load().kafka.bootstrap
     if metadata_error(bootstrap) is not None:
         raise StackError(f"Kafka does not answer on {bootstrap}", "start the stack: trialog up")
     model: LatencyModel = args.tail_latency_model
