@@ -40,6 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=",".join(PARTS),
         help=f"which comparisons to run: {', '.join(PARTS)}",
     )
+    kit.add_bootstrap(parser)
     kit.add_record(parser, REPO_ROOT / "BENCHMARKS.md", "compare: ...")
     for module in PARTS.values():
         importlib.import_module(module).add_arguments(parser)

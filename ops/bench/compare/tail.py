@@ -116,7 +116,7 @@ def run_both(
     from ops.stores import open_objects
 
     say_ = progress or say
-    bootstrap = bootstrap or StackConfig.load().kafka.bootstrap
+    bootstrap = bootstrap or getattr(args, "bootstrap", None) or StackConfig.load().kafka.bootstrap
     if metadata_error(bootstrap) is not None:
         raise StackError(f"Kafka does not answer on {bootstrap}", "start the stack: trialog up")
     model: LatencyModel = args.tail_latency_model
