@@ -213,6 +213,15 @@ def render(args: argparse.Namespace, result: TailResult) -> str:
         dropped_long = sum(1 for seed in t.dropped if model.turns(seed) == model.long_turns)
         histogram = ", ".join(f"{k}: {pipeline.staleness.count(k)}" for k in sorted(set(pipeline.staleness)))
         steady_idle_ok = t.steady is not None and t.steady.idle < TARGET_IDLE
+        # What an episode spent beyond the policy's own time, per step: sandbox, Kafka, the streams
+        # worker and queueing behind other episodes' steps (one sandbox worker, one streams worker).
+        ended = 60 * t.completed / t.whole.seconds if t.whole.seconds > 0 else 0.0
+        capacity = 60 * args.tail_sandboxes / args.tail_update_s
+        overhead = [
+            (pipeline.episode_s[seed] - model.episode_seconds(seed)) / n
+            for seed, n in pipeline.steps.items()
+            if n
+        ]
         seconds = pipeline.episode_s.values()
         readings.append(
             f"- staleness <= {bound}: {_fmt(whole)} the loop's episodes per minute over the whole run "
@@ -222,7 +231,10 @@ def render(args: argparse.Namespace, result: TailResult) -> str:
             f"{_met(t.whole.idle < TARGET_IDLE)} whole, {_met(steady_idle_ok)} steady); "
             f"{len(t.dropped)} episodes dropped as stale ({dropped_long} of them {model.long_turns}-turn "
             f"ones), {t.failed} failed; staleness of the trained ones {histogram}; seconds from an "
-            f"episode's start to its trajectory p50 {statistics.median(seconds):.1f}, max {max(seconds):.1f}"
+            f"episode's start to its trajectory p50 {statistics.median(seconds):.1f}, max "
+            f"{max(seconds):.1f}; beyond the policy's time {_median(overhead):.2f} s per step p50 "
+            f"(sandbox, Kafka, streams, queueing); episodes ended at {ended:.1f} per minute against the "
+            f"learner's {capacity:.0f} per minute at most"
         )
     lines = [
         HEADING,
@@ -264,6 +276,10 @@ def _row(side: str, staleness: str, t: Timeline, loop: Timeline) -> str:
         f"| {_rate(t.whole)} | {_idle(t.whole)} | {_rate(t.steady)} | {_idle(t.steady)} | {_fmt(whole)} "
         f"| {_fmt(steady)} |"
     )
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else 0.0
 
 
 def _fmt(ratio: float | None) -> str:
