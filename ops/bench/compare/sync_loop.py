@@ -1,10 +1,14 @@
 """The synchronous loop of the design brief, the baseline of `trialog bench compare`'s long-tail part.
 
-In lockstep, one step per batch of `sandboxes` episodes: acquire that many sandboxes, roll every episode
+In lockstep, one step per wave of `sandboxes` episodes: acquire that many sandboxes, roll every episode
 out to its end (all at once, each in its own thread: the slowest one gates the step), verify them all,
-update the policy (a fixed `update_s`, as the pipeline's learner), release the sandboxes. Every episode of
-a step starts and is trained at the same policy version, so its staleness is 0: within any bound (the
-learner's `is_stale` says so, the same rule the pipeline's learner drops by).
+update the policy, release the sandboxes. The update trains the wave in mini-batches of `batch`
+trajectories, one after the other (as verl's `ppo_mini_batch_size` splits a rollout batch), each a fixed
+`update_s` and a new policy version: the same learner work per trajectory as the pipeline's learner,
+whose updates take `batch` trajectories each. Every episode of a wave starts at the same policy version;
+the first mini-batch trains it at that version (staleness 0), the next ones one version later each (the
+wave's last mini-batch is `ceil(wave / batch) - 1` behind), within the bound by the learner's `is_stale`,
+the same rule the pipeline's learner drops by (a wave of one mini-batch is staleness 0 throughout).
 
 The side effects are behind `LoopEnv` (real Docker sandboxes and the verifier's grader in `DockerLoopEnv`),
 so the step accounting is tested without them.
@@ -55,7 +59,7 @@ class LoopStep:
     acquired: float
     rolled_out: float
     verified: float
-    update: Update
+    updates: tuple[Update, ...]  # the wave's mini-batches, back to back
     rewards: tuple[float, ...]
     steps: tuple[int, ...]  # actions each episode took (its turns and the submit)
 
@@ -64,6 +68,14 @@ class LoopStep:
 class LoopResult:
     timeline: Timeline
     steps: tuple[LoopStep, ...]
+    staleness: tuple[int, ...] = ()  # of each trained episode, when its update started
+
+
+def mini_batches(seeds: Sequence[int], batch: int) -> list[tuple[int, ...]]:
+    """A wave's mini-batches: `batch` seeds at a time, in order (the last may have fewer)."""
+    if batch < 1:
+        raise ValueError("batch must be >= 1")
+    return [tuple(seeds[i : i + batch]) for i in range(0, len(seeds), batch)]
 
 
 def run_loop(
@@ -73,6 +85,7 @@ def run_loop(
     update_s: float,
     max_staleness: int,
     *,
+    batch: int | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
     progress: Callable[[str], None] = lambda _: None,
@@ -80,8 +93,11 @@ def run_loop(
     started = clock()
     steps: list[LoopStep] = []
     dropped: list[int] = []
-    for version, seeds in enumerate(batches):
+    staleness: list[int] = []
+    version = 0
+    for number, seeds in enumerate(batches):
         step_started = clock()
+        sampled_at = version  # every episode of the wave starts with this policy
         sandboxes = env.acquire(len(seeds))
         try:
             acquired = clock()
@@ -94,25 +110,34 @@ def run_loop(
             rolled_out = clock()
             rewards = tuple(env.verify(sandboxes))
             verified = clock()
-            # Sampled and trained at the same version: the rule drops nothing, checked all the same.
-            trained = tuple(s for s in seeds if not is_stale(version, version, max_staleness))
-            dropped += [s for s in seeds if s not in trained]
-            sleep(update_s)
-            update = Update(verified, clock(), trained)
+            updates = []
+            for part in mini_batches(seeds, batch or len(seeds)):
+                trained = tuple(s for s in part if not is_stale(sampled_at, version, max_staleness))
+                dropped += [s for s in part if s not in trained]
+                staleness += [version - sampled_at] * len(trained)
+                begun = clock()
+                sleep(update_s)
+                updates.append(Update(begun, clock(), trained))
+                version += 1
         finally:
             env.release(sandboxes)
         steps.append(
-            LoopStep(seeds, step_started, acquired, rolled_out, verified, update, rewards, tuple(taken))
+            LoopStep(
+                seeds, step_started, acquired, rolled_out, verified, tuple(updates), rewards, tuple(taken)
+            )
         )
         progress(
-            f"loop step {version + 1}/{len(batches)}: rollout {rolled_out - acquired:.1f} s (longest "
+            f"loop step {number + 1}/{len(batches)}: rollout {rolled_out - acquired:.1f} s (longest "
             f"{max(taken)} steps), verify {verified - rolled_out:.1f} s, "
-            f"update {update.end - update.start:.1f} s"
+            f"update {updates[-1].end - updates[0].start:.1f} s ({len(updates)} mini-batches)"
         )
     timeline = Timeline(
-        started, tuple(step.update for step in steps), sum(map(len, batches)), dropped=tuple(dropped)
+        started,
+        tuple(update for step in steps for update in step.updates),
+        sum(map(len, batches)),
+        dropped=tuple(dropped),
     )
-    return LoopResult(timeline, tuple(steps))
+    return LoopResult(timeline, tuple(steps), tuple(staleness))
 
 
 def _episode(

@@ -1,16 +1,18 @@
 """trialog's streaming pipeline under the long tail: the other side of `trialog bench compare`'s first part.
 
 Real workers as processes on the stack's Kafka, as `run start --spawn` starts them: one streams worker (the
-episodes' owner), one sandbox worker holding up to `sandboxes` episodes' sandboxes in real Docker, and
-`verifiers` verifier workers grading each final workspace. This process plays the scheduler, the rollout
-and the learner:
+episodes' owner), `sandbox_workers` sandbox workers in one consumer group (each serves its partitions of
+`sandbox.requests` one step at a time, so several give the steps of different episodes the concurrency
+the loop's threads give them; together they hold the `sandboxes` episodes' sandboxes in real Docker, with
+the loop's warm pool split between them), and `verifiers` verifier workers grading each final workspace.
+This process plays the scheduler, the rollout and the learner:
 
 - scheduler: keeps `sandboxes` episodes in flight (one sandbox each, the loop's count), started with
   seeds 0, 1, ... in order and the learner's current policy version;
 - rollout: the simulated policy (`actors.rollout.simulated`) answers each PolicyRequest `delay` seconds
   after it arrives, with the answer `trialog worker rollout` sends (`action_proposed`); requests wait
   side by side, as at an inference server, never one behind another;
-- learner: `SimLearner`, training whenever a batch of trajectories is there, dropping stale ones.
+- learner: `SimLearner`, training whenever `batch` trajectories are there, dropping stale ones.
 
 The clock starts after a warm-up episode went through every worker (their start and the topics' metadata
 are not measured; the loop's clock likewise starts with its sandboxes' engine connected), and stops when
@@ -35,6 +37,7 @@ from streams.errors import StackError
 WARM_UP = "-warm-up-"
 WARM_UP_SEED = 1_000_000_000  # far from the measured episodes' seeds (0, 1, ...)
 POLL_MS = 50
+GROUP_WAIT_S = 120.0
 PROGRESS_EVERY_S = 20.0
 
 
@@ -45,8 +48,18 @@ class PipelineSettings:
     update_s: float
     max_staleness: int
     verifiers: int = 1
-    pool: int = 4
+    pool: int = 4  # warm sandboxes in all, split between the sandbox workers
     timeout_s: float = 3600.0
+    sandbox_workers: int = 1
+    batch: int = 0  # trajectories per update (0: `sandboxes`)
+
+    @property
+    def update_batch(self) -> int:
+        return self.batch or self.sandboxes
+
+    @property
+    def pool_per_worker(self) -> int:
+        return max(1, -(-self.pool // self.sandbox_workers))
 
 
 @dataclass
@@ -56,6 +69,7 @@ class PipelineResult:
     episode_s: dict[int, float] = field(default_factory=dict)  # seed -> seconds from start to trajectory
     answered: int = 0  # policy requests answered
     steps: dict[int, int] = field(default_factory=dict)  # seed -> steps in its trajectory
+    rollout_s: float = 0.0  # from the clock's start to the last trajectory
 
 
 def run_pipeline(
@@ -82,20 +96,24 @@ def run_pipeline(
     publish_tasks([task_folder], bootstrap, open_objects(paths=paths), image, run=run)
     task = load_task(task_folder)
     commands = worker_commands(run, bootstrap, "scripted", [task_folder], paths, guard=False)
+    home = paths.component("runs") / run
+    # The scheduler holds `sandboxes` episodes in flight in all, so no worker needs a tighter cap (a
+    # worker past its cap evicts a sandbox and restores it later: a cost the loop does not pay).
+    sandbox = [*commands["sandbox"], "--max-episodes", str(settings.sandboxes), "--pool"]
     started_workers = {
         "streams": commands["streams"],
-        "sandbox": [
-            *commands["sandbox"],
-            "--max-episodes",
-            str(settings.sandboxes),
-            "--pool",
-            str(settings.pool),
-        ],
+        **{
+            f"sandbox-{i}": [
+                *sandbox, str(settings.pool_per_worker),
+                "--instance", f"{run}-sandbox-{i}", "--state", str(home / f"sandbox-steps-{i}"),
+            ]
+            for i in range(settings.sandbox_workers)
+        },
         **{
             f"verifier-{i}": [*commands["verifier"], "--instance", f"{run}-verifier-{i}"]
             for i in range(settings.verifiers)
         },
-    }
+    }  # fmt: skip
     workers = Workers(paths.component("runs") / run)
     progress(f"pipeline run {run}: workers' logs under {workers.logs}")
     workers.start(started_workers)
@@ -107,6 +125,17 @@ def run_pipeline(
             driver.close()
     finally:
         workers.stop()
+
+
+def warm_up_episode(run: str, partition: int, attempt: int, partitions: int) -> str:
+    """A warm-up episode id whose key lands on `partition` (the producer's murmur2 partitioner)."""
+    from kafka.partitioner.default import murmur2
+
+    for salt in range(100_000):
+        episode = f"{run}{WARM_UP}{partition}-{attempt}-{salt}"
+        if (murmur2(episode.encode()) & 0x7FFFFFFF) % partitions == partition:
+            return episode
+    raise AssertionError(f"no key found for partition {partition}")  # 1 in 8 keys fits: never
 
 
 class _Driver:
@@ -129,6 +158,7 @@ class _Driver:
         from schemas.topics import POLICY_REQUESTS, TRAJECTORIES_COMPLETED, TRAJECTORIES_FAILED
         from streams.kafka import clients
 
+        self.bootstrap = bootstrap
         self.run, self.task_id, self.task_version, self.image = run, task_id, task_version, image
         self.model, self.settings = model, settings
         self.policy = SimulatedPolicy(model)
@@ -207,27 +237,72 @@ class _Driver:
                     continue
         return values
 
+    def _wait_for_group(self, group: str, members: int, dead: Callable[[], dict[str, int]]) -> None:
+        """Until `members` consumers share `group`, settled (a worker joining later would move partitions
+        while the clock runs: a rebalance the measurement must not carry)."""
+        from streams.kafka import clients
+
+        admin = clients.admin(self.bootstrap)
+        try:
+            give_up = time.monotonic() + GROUP_WAIT_S
+            seen: Any = None
+            while time.monotonic() < give_up:
+                if dead():
+                    raise StackError(f"workers exited before their group settled: {dead()}", "see their logs")
+                try:
+                    seen = admin.describe_groups([group]).get(group) or {}
+                except Exception as exc:  # the coordinator is not known yet: ask again
+                    seen = exc
+                else:
+                    state = seen.get("group_state") or seen.get("state")
+                    if state == "Stable" and len(seen.get("members") or ()) == members:
+                        return
+                time.sleep(0.5)
+            raise StackError(
+                f"{group} did not settle with {members} members within {GROUP_WAIT_S:.0f} s "
+                f"(last seen: {seen!r:.200})",
+                "see the sandbox workers' logs",
+            )
+        finally:
+            admin.close()
+
     def _warm_up(self, dead: Callable[[], dict[str, int]]) -> None:
+        """One short episode on each partition of `sandbox.requests`, all at once: every sandbox worker
+        (and the streams worker and a verifier) answers before the clock starts, its warm pool filled."""
         from schemas.requests import PolicyRequest
+        from schemas.topics import SANDBOX_REQUESTS
         from schemas.trajectories import TrajectoryCompleted, TrajectoryFailed
 
+        self._wait_for_group(f"{self.run}.trialog-sandbox", self.settings.sandbox_workers, dead)
+        waiting = {p: 0 for p in range(SANDBOX_REQUESTS.partitions)}  # partition -> attempts started
+        episodes: dict[str, int] = {}  # warm-up episode -> its partition
+        retry_at: dict[int, float] = {}
         give_up = time.monotonic() + 300
-        for attempt in range(10):
-            episode = f"{self.run}{WARM_UP}{attempt}"
-            self._start(episode, WARM_UP_SEED + attempt, 0)
-            retry_at = time.monotonic() + 45
-            while time.monotonic() < min(retry_at, give_up):
-                if dead():
-                    raise StackError(f"workers exited during the warm-up: {dead()}", "see their logs")
-                for value in self._poll(0.1):
-                    if isinstance(value, PolicyRequest):
-                        self._take_request(value, time.monotonic())
-                    elif isinstance(value, TrajectoryFailed) and WARM_UP in value.meta.episode_id:
-                        raise StackError(f"the warm-up episode failed: {value.reason}", "see the logs")
-                    elif isinstance(value, TrajectoryCompleted) and WARM_UP in value.meta.episode_id:
-                        return
-                self._answer_due(time.monotonic())
-        raise StackError("the warm-up episode did not complete within 300 s", "see the workers' logs")
+        while waiting:
+            now = time.monotonic()
+            if now > give_up:
+                raise StackError(
+                    f"warm-up episodes on partitions {sorted(waiting)} did not complete within 300 s",
+                    "see the workers' logs",
+                )
+            if dead():
+                raise StackError(f"workers exited during the warm-up: {dead()}", "see their logs")
+            for partition in [p for p in waiting if retry_at.get(p, 0.0) <= now]:
+                episode = warm_up_episode(
+                    self.run, partition, waiting[partition], SANDBOX_REQUESTS.partitions
+                )
+                episodes[episode] = partition
+                self._start(episode, WARM_UP_SEED + len(episodes), 0)
+                waiting[partition] += 1
+                retry_at[partition] = now + 45
+            for value in self._poll(0.1):
+                if isinstance(value, PolicyRequest):
+                    self._take_request(value, time.monotonic())
+                elif isinstance(value, TrajectoryFailed) and value.meta.episode_id in episodes:
+                    raise StackError(f"the warm-up episode failed: {value.reason}", "see the logs")
+                elif isinstance(value, TrajectoryCompleted) and value.meta.episode_id in episodes:
+                    waiting.pop(episodes[value.meta.episode_id], None)
+            self._answer_due(time.monotonic())
 
     def drive(self, progress: Callable[[str], None], dead: Callable[[], dict[str, int]]) -> PipelineResult:
         from schemas.requests import PolicyRequest
@@ -235,7 +310,7 @@ class _Driver:
 
         self._warm_up(dead)
         s = self.settings
-        learner = SimLearner(s.sandboxes, s.update_s, s.max_staleness)
+        learner = SimLearner(s.update_batch, s.update_s, s.max_staleness)
         started = time.monotonic()
         seeds: dict[str, int] = {}  # episode id -> seed, of the episodes started
         began: dict[int, float] = {}
@@ -291,4 +366,5 @@ class _Driver:
             self._answer_due(time.monotonic())
         timeline = Timeline(started, tuple(learner.updates), completed, failed, tuple(learner.dropped))
         episode_s = {seed: finished[seed] - began[seed] for seed in finished}
-        return PipelineResult(timeline, learner.staleness, episode_s, self.answered, steps)
+        rollout_s = max(finished.values(), default=started) - started
+        return PipelineResult(timeline, learner.staleness, episode_s, self.answered, steps, rollout_s)

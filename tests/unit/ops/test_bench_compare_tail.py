@@ -13,10 +13,13 @@ import pytest
 from actors.rollout.simulated import STEPS_FILE, LatencyModel, SimulatedPolicy, action_at
 from ops.bench.compare import PARTS
 from ops.bench.compare.sim_learner import SimLearner
-from ops.bench.compare.sync_loop import loop_batches, run_loop
+from ops.bench.compare.sync_loop import loop_batches, mini_batches, run_loop
+from ops.bench.compare.tail import check_args, loop_staleness
+from ops.bench.compare.tail_pipeline import PipelineSettings, warm_up_episode
 from ops.bench.compare.timeline import Rate, Timeline, Update
 from ops.cli.main import bench_parser
 from schemas.actions import RunCommand, Submit
+from streams.errors import StackError
 
 # -- the latency model ---------------------------------------------------------------------------------------
 
@@ -173,7 +176,8 @@ def test_the_loop_runs_in_lockstep_and_trains_every_episode_at_staleness_zero() 
     assert [step.seeds for step in result.steps] == [(0, 1, 2), (3, 4, 5), (6,)]
     assert env.most_held == 3 and env.held == 0  # acquired per step, all released
     for step in result.steps:
-        assert step.started <= step.acquired <= step.rolled_out <= step.verified == step.update.start
+        (update,) = step.updates  # no batch given: the wave is one update
+        assert step.started <= step.acquired <= step.rolled_out <= step.verified <= update.start
         assert step.steps == tuple(model.turns(seed) + 1 for seed in step.seeds)
         assert step.rewards == (0.5,) * len(step.seeds)
     assert sorted(env.executed.values()) == sorted(model.turns(seed) for seed in range(7))
@@ -183,6 +187,50 @@ def test_the_loop_runs_in_lockstep_and_trains_every_episode_at_staleness_zero() 
     )
     assert sorted(slept) == expected
     assert 0.0 <= timeline.whole.idle <= 1.0
+    assert result.staleness == (0,) * 7
+
+
+def test_the_loop_trains_a_wave_in_mini_batches_one_version_apart() -> None:
+    model = LatencyModel(median_s=0.001, sigma=0.1, max_s=0.01, min_turns=1, max_turns=2, long_share=0)
+    env = FakeEnv()
+    slept: list[float] = []
+    lock = threading.Lock()
+
+    def sleep(seconds: float) -> None:
+        with lock:
+            slept.append(seconds)
+
+    result = run_loop(env, model, loop_batches(7, 4), 0.5, max_staleness=1, batch=3, sleep=sleep)
+    assert [[u.seeds for u in step.updates] for step in result.steps] == [[(0, 1, 2), (3,)], [(4, 5, 6)]]
+    # The wave starts at one version; its second mini-batch trains one version later.
+    assert result.staleness == (0, 0, 0, 1, 0, 0, 0)
+    assert slept.count(0.5) == 3 and result.timeline.trained_seeds() == list(range(7))
+    for step in result.steps:
+        for before, after in zip(step.updates, step.updates[1:], strict=False):
+            assert before.end <= after.start
+    # A bound of 0 drops the later mini-batches: the rule is the learner's, not an exemption.
+    strict = run_loop(FakeEnv(), model, loop_batches(4, 4), 0.0, max_staleness=0, batch=2, sleep=sleep)
+    assert strict.timeline.trained_seeds() == [0, 1] and strict.timeline.dropped == (2, 3)
+
+
+def test_mini_batches_and_the_loops_staleness() -> None:
+    assert mini_batches((4, 5, 6, 7, 8), 2) == [(4, 5), (6, 7), (8,)]
+    assert mini_batches((1,), 8) == [(1,)]
+    with pytest.raises(ValueError):
+        mini_batches((1,), 0)
+    assert [loop_staleness(16, b) for b in (16, 8, 5, 1)] == [0, 1, 3, 15]
+
+
+def test_the_pipeline_splits_the_warm_pool_and_warms_every_partition() -> None:
+    settings = PipelineSettings(16, 96, 15, 2, pool=4, sandbox_workers=3)
+    assert settings.pool_per_worker == 2 and settings.update_batch == 16
+    assert PipelineSettings(16, 96, 15, 2, pool=4, sandbox_workers=8, batch=8).pool_per_worker == 1
+    from kafka.partitioner.default import murmur2
+
+    for partition in range(8):
+        episode = warm_up_episode("run-x", partition, 0, 8)
+        assert (murmur2(episode.encode()) & 0x7FFFFFFF) % 8 == partition
+        assert warm_up_episode("run-x", partition, 1, 8) != episode
 
 
 # -- the command ---------------------------------------------------------------------------------------------
@@ -192,8 +240,20 @@ def test_compare_options_are_checked_and_prefixed_by_part() -> None:
     parser, module = bench_parser("compare")
     args = parser.parse_args(["--parts", "tail", "--tail-episodes", "8", "--tail-staleness", "4,2"])
     assert args.parts == ["tail"] and args.tail_staleness == [2, 4] and args.tail_episodes == 8
+    assert args.tail_sandbox_workers == [4] and args.tail_batch == 8
+    check_args(args)  # 16 sandboxes in mini-batches of 8: the loop's last is 1 behind, within 2
+    tight = parser.parse_args(["--tail-staleness", "0", "--tail-batch", "8"])
+    with pytest.raises(StackError):
+        check_args(tight)
+    assert parser.parse_args(["--tail-sandbox-workers", "4,1"]).tail_sandbox_workers == [1, 4]
     assert isinstance(args.tail_latency_model, LatencyModel)
     assert "tail" in PARTS and module.__doc__
-    for bad in (["--parts", "nope"], ["--tail-staleness", "-1"], ["--tail-latency-model", "median=0"]):
+    for bad in (
+        ["--parts", "nope"],
+        ["--tail-staleness", "-1"],
+        ["--tail-latency-model", "median=0"],
+        ["--tail-sandbox-workers", "0"],
+        ["--tail-batch", "0"],
+    ):
         with pytest.raises(SystemExit):
             parser.parse_args(bad)
