@@ -250,7 +250,8 @@ def render(args: argparse.Namespace, result: TailResult) -> str:
         f"{_list(args.tail_sandbox_workers)} --tail-latency-model {model.spec()} --tail-verifiers "
         f"{args.tail_verifiers}"
     )
-    rows = [_row("synchronous loop", "-", f"0-{mini - 1} (mini-batches)", loop, loop)]
+    loop_behind = "0 (on-policy)" if mini == 1 else f"0-{mini - 1} (mini-batches)"
+    rows = [_row("synchronous loop", "-", loop_behind, loop, loop)]
     readings = []
     for (bound, workers), pipeline in result.pipelines.items():
         t = pipeline.timeline
@@ -301,8 +302,8 @@ def render(args: argparse.Namespace, result: TailResult) -> str:
         f"`{Path(args.tail_task).name}` graded by the verifier's grader ({args.tail_verifiers} at a time)",
         f"- both sides: {args.tail_sandboxes} sandboxes; the same learner work, one update of "
         f"{args.tail_update_s:g} s per {args.tail_batch} trajectories ({capacity:.0f} trajectories per "
-        f"minute at most): the loop trains each wave of {args.tail_sandboxes} in {mini} mini-batches back "
-        "to back, the pipeline as soon as a batch is there; an episode counts once an update trained on "
+        f"minute at most): the loop trains each wave of {args.tail_sandboxes} in {mini} mini-batch(es) "
+        "back to back, the pipeline as soon as a batch is there; an episode counts once an update trained on "
         "it; the learner is idle when not updating (the same `Timeline` arithmetic on both sides: wall "
         "from the clock's start to the last update's end); steady state runs from the first update's "
         "start to the last one's",
