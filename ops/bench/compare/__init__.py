@@ -1,57 +1,68 @@
-"""`trialog bench compare`: trialog against the way other frameworks do the same job, side by side.
+"""`trialog bench compare`: trialog against the way other frameworks do the job, side by side on this
+machine, one part at a time (`--parts`), each recorded as its own section of BENCHMARKS.md.
 
-Parts (`--parts`, comma-separated, all by default): `crash` (sandbox-seconds redone per crash: restart from
-step 0 against resume from the last snapshot) and `churn` (sandbox create+start p50 and sustained sandboxes
-per second against `docker run`). Each part writes its own `## compare: ...` section of BENCHMARKS.md.
+tail: the synchronous loop (acquire sandboxes, roll out, verify, update, release, in lockstep) against the
+streaming pipeline with the same sandboxes, under a simulated policy with a long tail of step latencies
+and episode lengths: episodes trained per minute and the learner's idle fraction (target: at least 3x the
+loop's episodes per minute at the same staleness bound, learner idle under 20%).
+
+crash: sandbox-seconds redone per crash when an episode restarts from step 0 (what other frameworks do)
+against trialog's resume from the last snapshot, on 30-step episodes (target: at least 10x less).
+
+churn: sandbox create+start p50 and sustained sandboxes per second against `docker run`, per OCI runtime
+the engine has (target: p50 at or under 90 ms, at least 10 per second).
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
-from collections.abc import Callable
-from pathlib import Path
-from types import ModuleType
+import importlib
 
-from ops.bench.compare import churn as churn
-from ops.bench.compare import crash as crash
 from ops.bench.report import write_section
 from ops.cli import kit
+from ops.paths import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
-PARTS: dict[str, ModuleType] = {"crash": crash, "churn": churn}
+# Each part is a module with `add_arguments(parser)` (options prefixed with its name) and
+# `measure(args) -> str` (its own markdown section, first line `## compare: ...`).
+PARTS = {
+    "tail": "ops.bench.compare.tail",
+    "crash": "ops.bench.compare.crash",
+    "churn": "ops.bench.compare.churn",
+}
 
 
 def _parts(text: str) -> list[str]:
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in PARTS]
-    if not names or unknown:
-        raise argparse.ArgumentTypeError(f"choose from {', '.join(PARTS)} (got {text!r})")
-    return list(dict.fromkeys(names))
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [part for part in parts if part not in PARTS]
+    if not parts or unknown:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give parts among {', '.join(PARTS)}, comma-separated"
+            + (f" (unknown: {', '.join(unknown)})" if unknown else "")
+        )
+    return list(dict.fromkeys(parts))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--parts",
         type=_parts,
-        default=list(PARTS),
-        metavar="A,B",
-        help=f"which comparisons to run, comma-separated ({', '.join(PARTS)})",
+        metavar="PART[,PART...]",
+        default=",".join(PARTS),
+        help=f"which comparisons to run: {', '.join(PARTS)}",
     )
-    for module in PARTS.values():
-        module.add_arguments(parser)
+    kit.add_bootstrap(parser)
     kit.add_record(parser, REPO_ROOT / "BENCHMARKS.md", "compare: ...")
+    for module in PARTS.values():
+        importlib.import_module(module).add_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    measure: dict[str, Callable[[argparse.Namespace], str]] = {
-        name: PARTS[name].measure for name in args.parts
-    }
-    for name, part in measure.items():
-        print(f"-> compare: {name} ...", file=sys.stderr, flush=True)
-        section = part(args)
+    from ops.console import say
+
+    for part in args.parts:
+        section: str = importlib.import_module(PARTS[part]).measure(args)
         print(section)
         if not args.no_record:
             write_section(args.record, section)
-            print(f"wrote {args.record}", file=sys.stderr)
-    return 0
+            say(f"wrote {section.splitlines()[0]} into {args.record}")
+    return kit.EXIT_OK

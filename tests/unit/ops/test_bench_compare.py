@@ -20,7 +20,7 @@ def _args(*argv: str) -> argparse.Namespace:
 
 
 def test_parts_default_to_all_and_refuse_unknown_names() -> None:
-    assert _args().parts == ["crash", "churn"]
+    assert _args().parts == ["tail", "crash", "churn"]
     assert _args("--parts", "churn,churn").parts == ["churn"]
     with pytest.raises(SystemExit):
         _args("--parts", "crash,warp")
