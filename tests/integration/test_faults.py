@@ -175,7 +175,11 @@ class Faults:
         """Stop the broker mid-episode; kill -9 and start the streams worker while it is down; start it."""
         view = self.moment("a moment to stop the broker", _mid_episode)
         self.record("Kafka broker stopped and started; kill -9 streams while it is down", view)
+        ended_then = set(view.ended)
         stopped = time.monotonic()
+        # The log read above may miss what the streams worker sent between that read and the halt (an
+        # episode started then is in flight too): what was sent before this moment counts as in flight.
+        halted_us = time.time_ns() // 1000
         kafka.halt()
         self.cluster.kill("streams")
         self.cluster.start("streams")
@@ -189,12 +193,24 @@ class Faults:
         kafka.resume()
         self.crashes[-1]["broker_back_s"] = round(time.monotonic() - stopped, 1)
         self.serving("streams", stopped)
+        self.crashes[-1]["in_flight_at_halt"] = _steps_sent_before(self.reader.poll(), halted_us, ended_then)
         self.progress()  # the workers that stayed up through the outage serve again
 
 
 def _steps_in_flight(view: LogView) -> dict[str, int]:
     """Episode in flight -> the step in flight (its newest request's)."""
     return {e: max((r.meta.step for _, r in view.requests[e]), default=0) for e in sorted(view.in_flight)}
+
+
+def _steps_sent_before(view: LogView, at_us: int, ended: set[str]) -> dict[str, int]:
+    """Episode -> the step of its newest request sent before `at_us` (the sender's clock, this machine's),
+    for the episodes not in `ended`."""
+    steps: dict[str, int] = {}
+    for episode, requests in view.requests.items():
+        sent = [r.meta.step for _, r in requests if r.meta.occurred_at_us <= at_us]
+        if sent and episode not in ended:
+            steps[episode] = max(sent)
+    return steps
 
 
 def _mid_episode(view: LogView) -> bool:
@@ -336,7 +352,8 @@ def test_a_run_survives_crashes_of_every_worker_of_a_sandbox_and_of_the_broker(
 
     # Redone work: re-issued requests (attempt > 1) and answers given twice, within the steps in flight.
     in_flight_at_crashes = sum(
-        len({*c["in_flight"], *c.get("in_flight_at_pause", {})}) for c in faults.crashes
+        len({*c["in_flight"], *c.get("in_flight_at_pause", {}), *c.get("in_flight_at_halt", {})})
+        for c in faults.crashes
     )
     redone = sum(report.redone.values())
     answered_again = sum(n - 1 for n in view.answers.values() if n > 1)
@@ -353,7 +370,7 @@ def test_a_run_survives_crashes_of_every_worker_of_a_sandbox_and_of_the_broker(
     in_flight_steps = {
         (episode, step + lag)
         for crash in faults.crashes
-        for seen in ("in_flight", "in_flight_at_pause")
+        for seen in ("in_flight", "in_flight_at_pause", "in_flight_at_halt")
         for episode, step in crash.get(seen, {}).items()
         for lag in (0, 1)
     }
