@@ -68,8 +68,8 @@ def register(subparsers: kit.Subparsers) -> None:
         type=_runtime_name,
         metavar="NAME",
         default=None,
-        help="OCI runtime of the sandboxes, one the engine has registered (`trialog up` registers crun "
-        "where Debian's crun installs; it starts containers faster than runc) (default: the engine's, runc)",
+        help="OCI runtime of the sandboxes, one the engine has registered (`TRIALOG_CRUN=1 trialog up` "
+        "registers Debian's crun, which starts containers faster than runc) (default: the engine's, runc)",
     )
     kit.add_objects(command, "the object store shared by all workers of the run")
     command.add_argument(
