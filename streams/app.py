@@ -279,10 +279,14 @@ def consumer_generation(app: Any) -> int | None:
     return generation if isinstance(generation, int) and generation >= 0 else None
 
 
-def _coordinator(app: Any) -> Any:
+def _aiokafka_consumer(app: Any) -> Any:
+    """The aiokafka consumer Faust runs in its consumer thread; None until the app has started it."""
     thread = getattr(app.consumer, "_thread", None)
-    consumer = getattr(thread, "_consumer", None)
-    return getattr(consumer, "_coordinator", None)
+    return getattr(thread, "_consumer", None)
+
+
+def _coordinator(app: Any) -> Any:
+    return getattr(_aiokafka_consumer(app), "_coordinator", None)
 
 
 def watch_membership(app: Any, membership: fencing.Membership) -> bool:
@@ -391,9 +395,7 @@ def tune_fetcher(app: Any) -> bool:
     creates the aiokafka consumer itself, in its consumer thread, when the app starts; hence the attribute
     is set on the running fetcher.
     """
-    thread = getattr(app.consumer, "_thread", None)
-    consumer = getattr(thread, "_consumer", None)
-    fetcher = getattr(consumer, "_fetcher", None)
+    fetcher = getattr(_aiokafka_consumer(app), "_fetcher", None)
     if fetcher is None or not hasattr(fetcher, "_prefetch_backoff"):
         return False
     fetcher._prefetch_backoff = 0.0
