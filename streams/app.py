@@ -21,8 +21,8 @@ starts the process (`run_worker`):
 * a stalled worker (a zombie) is fenced by time (`streams.fencing`): `watch_membership` notes every answer
   of the group coordinator that confirms this member, the worker writes only within `fencing.FRESH_S` of
   one and stamps its records with the time it checked, and `episode.events` and the changelog refuse late
-  records. Inputs a stale worker gives back are read again (`Rewinds`) once their partition is recovered
-  here in the same generation (another generation reads them from the committed offsets anyway);
+  records. A batch a stale worker cannot handle waits until the membership is confirmed, unless a
+  rebalance reads its inputs again anyway (`streams.batches`);
 * `tune_fetcher` removes aiokafka's prefetch backoff and Faust's 1.5 s fetch wait (see there);
 * at-least-once processing (exactly-once has open bugs in faust-streaming: docs/crash-consistency.md).
 """
@@ -34,6 +34,7 @@ import logging
 import os
 import signal
 from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,8 @@ from schemas.requests import SamplingParams
 from schemas.topics import topic_name
 from streams import fencing
 from streams.adapters import EventLogReader, FaustBus, FaustRows
+from streams.assignment import Assignment
+from streams.batches import BatchHandler
 from streams.kafka import clients
 from streams.kafka.serving import METADATA_MAX_AGE_MS
 from streams.kafka.topics import Durability
@@ -152,8 +155,8 @@ def build_app(settings: Settings, health: Health | None = None) -> tuple[faust.A
     inputs = app.topic(*names, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
     commands = topic_name(run, COMMANDS)
 
-    def assigned() -> set[int]:
-        return {tp.partition for tp in app.assignor.assigned_actives() if tp.topic == commands}
+    assignment = Assignment(commands)  # what this worker owns now (not Faust's assignor: streams.assignment)
+    assigned = assignment.current
 
     queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=QUEUE_MAX)
 
@@ -165,44 +168,38 @@ def build_app(settings: Settings, health: Health | None = None) -> tuple[faust.A
     app.agent(inputs, name="episode-inputs")(inputs_agent)
 
     def settled() -> bool:
-        """No rebalance going on and the table recovered from its changelog: rows may be read."""
+        """The current generation's assignment is known, no rebalance is going on and the table is
+        recovered from its changelog: rows may be read."""
         recovery: Any = getattr(app.tables, "recovery", None)
-        return not app.rebalancing and recovery is not None and recovery.completed.is_set()
+        return (
+            assignment.known and not app.rebalancing and recovery is not None and recovery.completed.is_set()
+        )
 
-    rewinds = Rewinds()
+    async def on_revoked(_app: Any, /, *_revoked: Any, **_kwargs: Any) -> None:
+        # Sent before the worker joins the new generation: nothing is owned until its assignment. Under the
+        # worker's lock: the batch in hand ends first, and none decides anything for these partitions after
+        # it. Forgotten, not kept: the new assignment may give back a partition that another worker owned
+        # meanwhile (this one expired while stalled), whose rows are then read again.
+        assignment.revoked()
+        await worker.forget_all("rebalance")
 
-    async def sync(partitions: set[int]) -> None:
-        """`sync_assignment`, then read again what was given back of the partitions it recovered."""
-        before = set(worker.ready)
-        await worker.sync_assignment(partitions)
-        generation = consumer_generation(app)
-        for partition in sorted(worker.ready - before):
-            for tp, offset in rewinds.due(partition, generation):
-                log.info("reading %s[%d] again from %d (given back)", tp.topic, tp.partition, offset)
-                await app.consumer.seek(tp, offset)
+    async def on_assigned(_app: Any, /, *args: Any, **_kwargs: Any) -> None:
+        assignment.assigned(args[0])  # the whole new assignment; sent once the tables' recovery has begun
+        guard_acks(app.consumer, set(names))  # before this generation delivers anything
+
+    app.on_partitions_revoked.connect(on_revoked)
+    app.on_partitions_assigned.connect(on_assigned)
+
+    batches = BatchHandler(
+        worker, settled, assigned, lambda message: _input(names, message), ack=_ack, give_back=_release
+    )
 
     async def process_batches() -> None:
-        while True:
-            events = await next_batch(queue, BATCH_MAX)
-            # Records queued before a rewind, after its first offset: they come again after it.
-            generation = consumer_generation(app)
-            events = [e for e in events if rewinds.admit(e.message.tp, e.message.offset, generation)]
-            if not events:
-                continue
-            try:
-                partitions = assigned()  # recover new partitions only once their rows are restored
-                await sync(partitions if settled() else partitions & worker.ready)
-                handled = await worker.handle_batch([_input(names, event.message) for event in events])
-            except Exception as exc:  # a batch that keeps failing: stop, a restart recovers from the log
-                log.exception("a batch failed for good; stopping the worker")
-                await app.crash(exc)
-                return
-            generation = consumer_generation(app)
-            for event, done in zip(events, handled, strict=True):
-                if done:
-                    event.ack()
-                else:  # unacknowledged: read again from the committed offset, or by a rewind
-                    rewinds.given_back(event.message.tp, event.message.offset, generation)
+        try:
+            await batches.serve(queue, BATCH_MAX)
+        except Exception as exc:  # a batch that keeps failing: stop, a restart recovers from the log
+            log.exception("a batch failed for good; stopping the worker")
+            await app.crash(exc)
 
     app.task(process_batches)
 
@@ -215,7 +212,7 @@ def build_app(settings: Settings, health: Health | None = None) -> tuple[faust.A
             return
         watch_membership(app, membership)
         try:
-            await sync(assigned())
+            await worker.sync_assignment(assigned())
             await worker.tick()
         except Exception:
             log.exception("streams tick failed")
@@ -232,51 +229,86 @@ def build_app(settings: Settings, health: Health | None = None) -> tuple[faust.A
     return app, worker
 
 
-class Rewinds:
-    """Inputs given back unhandled (a partition not recovered here, or this worker's membership stale), by
-    input partition: the first offset given back and the group generation then. Kafka reads them again from
-    the committed offset after a rebalance; when their partition is recovered here in the *same* generation
-    nobody would, so the consumer is sought back to them (`due`), and what was queued from before that
-    seek, after its first offset, is dropped (`admit`): it comes again, in order."""
-
-    def __init__(self) -> None:
-        self.given: dict[Any, tuple[int, int | None]] = {}  # input TP -> (first offset, generation)
-        # input TP -> (the offset a seek went back to, generation), until that offset comes
-        self.replaying: dict[Any, tuple[int, int | None]] = {}
-
-    def given_back(self, tp: Any, offset: int, generation: int | None) -> None:
-        first, then = self.given.get(tp, (offset, generation))
-        if then != generation:  # a rebalance since: the committed offset rules, only this one counts
-            first = offset
-        self.given[tp] = (min(first, offset), generation)
-
-    def due(self, partition: int, generation: int | None) -> list[tuple[Any, int]]:
-        """The input partitions of `partition`, just recovered, to seek back, and where to."""
-        seeks = []
-        for tp in [tp for tp in self.given if tp.partition == partition]:
-            offset, then = self.given.pop(tp)
-            if generation is not None and then == generation:
-                seeks.append((tp, offset))
-                self.replaying[tp] = (offset, generation)
-        return seeks
-
-    def admit(self, tp: Any, offset: int, generation: int | None) -> bool:
-        """Whether a record taken from the queue is handled (False: it was fetched before a seek back). A
-        rebalance since the seek started the consumer from the committed offset: nothing to drop then."""
-        start, then = self.replaying.get(tp, (None, None))
-        if start is None:
-            return True
-        if offset == start or then != generation:
-            del self.replaying[tp]
-            return True
-        return offset < start
+# Set while the batch loop acknowledges the inputs it handled: the only acknowledgements `guard_acks` lets
+# through to the commit.
+_HANDLED: ContextVar[bool] = ContextVar("trialog_handled", default=False)
 
 
-def consumer_generation(app: Any) -> int | None:
-    """The consumer group generation this worker is in, as its aiokafka coordinator knows it."""
-    coordinator = _coordinator(app)
-    generation = getattr(coordinator, "generation", None)
-    return generation if isinstance(generation, int) and generation >= 0 else None
+def _ack(event: Any) -> None:
+    """Acknowledge an input the worker handled (its offset may be committed)."""
+    token = _HANDLED.set(True)
+    try:
+        event.ack()
+    finally:
+        _HANDLED.reset(token)
+
+
+def guard_acks(consumer: Any, topics: set[str]) -> bool:
+    """Let only the worker's own acknowledgements of `topics`' records reach the commit; True once done.
+
+    Faust's stream *acknowledges* the records it skips instead of delivering them: those fetched in an
+    earlier group generation and handed out after a rebalance, or while its flow is paused. It counts on
+    reading them again from the committed offset, but the acknowledgement lets the commit pass them, and
+    the copies read again can be dropped as already read (Faust's read offset moved past them): in the
+    chaos test, StartEpisode commands that arrived while their owner was frozen were committed and never
+    handled (their episodes never began). Here such an acknowledgement only releases the record from
+    Faust's tracking (`_release`): it stays uncommitted, and is read again by this worker or the next owner.
+
+    And Faust's choice of the offset to commit (`Consumer._new_offset`) lets the commit pass the one record
+    right at the committed offset when it is not acknowledged but later ones are (it checks that the first
+    acknowledged offset is more than one past the committed one, which is already the next to read; and
+    nothing at all when the committed offset is 0): a record given back while its successors were handled
+    was committed unhandled, and StartEpisode commands sent while their owner was frozen never began their
+    episodes (the chaos test). Here the commit waits until the record at the committed offset is handled.
+
+    Likewise Faust's gaps: when the offsets it hands out jump (for Faust, a compacted or transactional
+    topic's holes), it lets the commit skip the offsets in between. The input topics have no holes (no
+    compaction, no transactions), so a jump there is a record Faust dropped as already read after a seek;
+    the commit must stop before it, not skip it.
+    """
+    if getattr(consumer, "_trialog_guarded", False):
+        return True
+    original = consumer.ack
+
+    def ack(message: Any) -> bool:
+        if message.topic in topics and not _HANDLED.get():
+            message.acked = True
+            return False
+        return bool(original(message))
+
+    add_gap = consumer._add_gap
+
+    async def add_gap_elsewhere(tp: Any, offset_from: int, offset_to: int) -> None:
+        if tp.topic not in topics:
+            await add_gap(tp, offset_from, offset_to)
+
+    new_offset = consumer._new_offset
+
+    def new_offset_after_handled(tp: Any) -> int | None:
+        if tp.topic in topics:
+            acked, committed = consumer._acked[tp], consumer._committed_offset[tp]
+            start = 0 if committed is None else committed  # the next offset to read
+            if acked and min(acked) > start:
+                return None  # the record at the committed offset is not handled yet
+        result: int | None = new_offset(tp)
+        return result
+
+    consumer.ack = ack
+    consumer._add_gap = add_gap_elsewhere
+    consumer._new_offset = new_offset_after_handled
+    consumer._trialog_guarded = True
+    return True
+
+
+def _release(event: Any) -> None:
+    """Give an input back to Kafka: leave its offset unacknowledged (the commit stops before it, so it is
+    read again, by this worker or the partition's next owner), and let Faust stop tracking it. A rebalance
+    first waits until every input Faust delivered is acknowledged or collected, and Faust's own stream holds
+    on to the last input it delivered until the next one comes, which the paused rebalance never brings:
+    a given-back input left tracked held both streams workers of the chaos test in that wait for good.
+    Marking the message done (what Faust's `Message.ack` does before it tells the consumer the offset)
+    without telling the consumer ends the wait and commits nothing; a later `ack` of it is a no-op."""
+    event.message.acked = True
 
 
 def _aiokafka_consumer(app: Any) -> Any:
@@ -359,14 +391,6 @@ def _fault_from_env() -> Faults:
     if kind == "stop_before_check":
         return Faults(before_check=fault)
     return Faults(after_check=fault)
-
-
-async def next_batch(queue: asyncio.Queue[Any], limit: int) -> list[Any]:
-    """Wait for one item, then take whatever else is queued already, up to `limit` in all."""
-    batch = [await queue.get()]
-    while len(batch) < limit and not queue.empty():
-        batch.append(queue.get_nowait())
-    return batch
 
 
 def _input(names: dict[str, str], message: Any) -> Input:

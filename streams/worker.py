@@ -67,6 +67,11 @@ Crash consistency: the log is the truth, the table a cache of its fold.
   (`Membership.stamp`), stamps its records with that moment, and the topics refuse late records. A stale
   worker sends nothing: it forgets all its partitions and gives the batch's inputs back unacknowledged;
   each partition still assigned is recovered (the tail folded again) once the membership is confirmed.
+  Every rebalance forgets every partition too (`forget_all`, before the worker joins the new generation):
+  a worker expired while stalled rejoins and may get its old partitions back, which another worker owned
+  and appended to meanwhile; kept in memory, their rows would be stale (seen in the chaos test: a worker
+  frozen past its session, with no batch while it was stale, went on from its old rows and appended
+  duplicate steps).
   Costs: a recovery reads the rows of the new partitions once and the log from the watermark; a trajectory
   may be published twice (consumers key it by episode).
 
@@ -231,7 +236,7 @@ class EpisodeWorker:
         async with self.lock:
             self._forget(self.ready - assigned)
             for partition in sorted(assigned - self.ready):
-                if not self._may_write():
+                if not self.may_write():
                     return
                 try:
                     await self._recover(partition)
@@ -239,9 +244,19 @@ class EpisodeWorker:
                     self._give_back_all("recovery")
                     return
 
+    async def forget_all(self, why: str) -> None:
+        """Forget every partition (recovered again from the table and the log by the next
+        `sync_assignment` that finds it assigned): a rebalance is under way, after which a partition assigned
+        here again may have had another owner meanwhile."""
+        async with self.lock:
+            if self.ready:
+                log.info("%s: partitions %s forgotten until recovered again", why, sorted(self.ready))
+                self._count("forgotten.rebalance")
+            self._forget(set(self.ready))
+
     # -- fencing (streams.fencing) ---------------------------------------------------------------------------
 
-    def _may_write(self) -> bool:
+    def may_write(self) -> bool:
         """Whether the membership is fresh enough to write now (always, without a membership: the unit
         tests' worker)."""
         return self.membership is None or self.membership.stamp() is not None
@@ -375,7 +390,7 @@ class EpisodeWorker:
         but not yet restored, or just lost) is skipped and must not be acknowledged to Kafka, so that the
         partition's owner reads it (again) from the committed offset."""
         async with self.lock:
-            if self.ready and not self._may_write():
+            if self.ready and not self.may_write():
                 self._give_back_all("a batch")
             partitions = {record.partition for record in inputs} & self.ready
             delay, attempt = self.retry_backoff_s[0], 1

@@ -16,7 +16,8 @@ next (so faults never pile up, however slow the machine). At the end `trialog au
 duplicate steps 0 and intact chains, every episode completed or failed with a class, the steps redone
 (re-issued requests) within the steps in flight when the faults hit, and the resident memory of every
 long-lived worker at its start and at the end, bounded. The seed is printed (TRIALOG_CHAOS_SEED repeats a
-run's order of faults).
+run's order of faults; TRIALOG_CHAOS_FAULTS, a comma-separated list of fault kinds, runs those instead, to
+chase one kind).
 """
 
 from __future__ import annotations
@@ -277,6 +278,16 @@ class Chaos:
             process.send_signal(signal.SIGCONT)
 
 
+def _faults_from_env() -> list[str]:
+    chosen = os.environ.get("TRIALOG_CHAOS_FAULTS", "")
+    if not chosen:
+        return list(FAULTS)
+    faults = [name.strip() for name in chosen.split(",")]
+    unknown = sorted(set(faults) - set(FAULTS))
+    assert not unknown, f"TRIALOG_CHAOS_FAULTS: unknown {unknown}; the kinds are {sorted(set(FAULTS))}"
+    return faults
+
+
 def _ended_at_least(count: int) -> Callable[[LogView], bool]:
     return lambda view: len(view.ended) >= count
 
@@ -348,7 +359,7 @@ def test_a_run_of_200_episodes_survives_chaos_on_a_three_broker_cluster(
         processes.start(name)
     reader = Reader(bootstrap, run)
     chaos = Chaos(processes, cluster, reader, docker_client, run, rng)
-    order = list(FAULTS)
+    order = _faults_from_env()
     rng.shuffle(order)
     started = time.monotonic()
     rss_start: dict[str, int] = {}

@@ -1,5 +1,5 @@
 """Fencing a stalled owner by time (`streams.fencing`): the membership clock, the worker that gives its
-inputs back unsent while stale, and the app's pieces around it (`Rewinds`, `watch_membership`)."""
+inputs back unsent while stale, and the app's piece around it (`watch_membership`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from schemas.chain import verify_chain
 from schemas.codec import default_codec
 from schemas.requests import PolicyRequest
 from streams import fencing
-from streams.app import Rewinds, watch_membership
+from streams.app import watch_membership
 from streams.fencing import Membership
 from streams.ports import Input
 from streams.worker import EpisodeWorker
@@ -149,35 +149,6 @@ def test_a_worker_that_goes_stale_between_deciding_and_sending_gives_the_batch_b
     assert fenced.world.log.topics == {} and worker.ready == set()
 
 
-@dataclasses.dataclass(frozen=True)
-class TP:
-    topic: str
-    partition: int
-
-
-def test_rewinds_seek_back_in_the_same_generation_only_and_drop_what_was_queued_before() -> None:
-    rewinds = Rewinds()
-    a, b = TP("run.policy.results", 3), TP("run.episode.commands", 3)
-    rewinds.given_back(a, 12, generation=5)
-    rewinds.given_back(a, 10, generation=5)
-    rewinds.given_back(b, 4, generation=5)
-    rewinds.given_back(TP("run.policy.results", 1), 7, generation=5)
-    assert sorted(rewinds.due(3, generation=5), key=str) == sorted([(a, 10), (b, 4)], key=str)
-    assert rewinds.due(3, generation=5) == []  # once
-    # Records of `a` fetched before the seek come first: those after 10 are dropped, 10 starts it again.
-    assert not rewinds.admit(a, 13, 5) and not rewinds.admit(a, 11, 5)
-    assert rewinds.admit(a, 10, 5) and rewinds.admit(a, 11, 5)
-    assert rewinds.admit(TP("run.policy.results", 2), 99, 5)  # untouched partitions pass
-    # A rebalance after the seek: the consumer starts from the committed offset, nothing is dropped.
-    assert not rewinds.admit(b, 9, 5)
-    assert rewinds.admit(b, 9, 6) and rewinds.admit(b, 10, 6)
-    # Another generation: the rebalance made the consumer start from the committed offset already.
-    assert rewinds.due(1, generation=6) == []
-    rewinds.given_back(a, 30, generation=6)
-    rewinds.given_back(a, 20, generation=7)
-    assert rewinds.due(3, generation=7) == [(a, 20)]
-
-
 class FakeCoordinator:
     def __init__(self, errors: dict[type, int]) -> None:
         self.errors = errors
@@ -209,3 +180,40 @@ def test_watch_membership_counts_only_heartbeats_and_syncs_the_coordinator_answe
     coordinator.errors = {}
     asyncio.run(send(HeartbeatRequest("g", 2, "m")))
     assert membership.age() == 0
+
+
+def test_a_worker_given_its_partition_back_after_a_rebalance_folds_what_its_successor_appended() -> None:
+    # The chaos test's case: a worker frozen past its session handled no batch while stale (its wake-up
+    # began with the rejoin), got its old partition back in the new generation, and went on from its old
+    # rows, appending duplicate steps. The rebalance's revocation (`forget_all`) makes it recover.
+    clocks = Clocks()
+    fenced = Fenced(World(), clocks)
+    world = fenced.world
+    first = _membership(clocks)
+    first.confirmed(clocks.mono)
+    owner = fenced.worker(first)
+    asyncio.run(owner.sync_assignment({0}))
+    assert _deliver(world, owner, "episode.commands", CODEC.encode(start_command()))
+    (request,) = world.log.records("policy.requests")
+    assert isinstance(request, PolicyRequest)
+
+    # Frozen; the partition moves to a successor, which handles the policy's answer.
+    clocks.advance(fencing.SESSION_TIMEOUT_S + 2)
+    second = _membership(clocks)
+    second.confirmed(clocks.mono)
+    successor = fenced.worker(second)
+    asyncio.run(successor.sync_assignment({0}))
+    action = CODEC.encode(world.workers.act(request))
+    assert _deliver(world, successor, "policy.results", action)
+    logged = len(world.log.values("episode.events"))
+
+    # The old owner wakes into a rebalance (revocation first), rejoins (confirmed) and gets partition 0 again.
+    asyncio.run(owner.forget_all("rebalance"))
+    assert owner.ready == set()
+    first.confirmed(clocks.mono)
+    asyncio.run(owner.sync_assignment({0}))
+    world.offsets["policy.results"] = 0
+    assert _deliver(world, owner, "policy.results", action)  # the successor's step is in its rows: duplicate
+    assert len(world.log.values("episode.events")) == logged
+    report = verify_chain(world.log.values("episode.events"), CODEC)
+    assert report.ok and report.duplicates == 0, report
