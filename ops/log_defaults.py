@@ -7,3 +7,4 @@ DEFAULT_STALE_AFTER_S = (
 DEFAULT_OUTPUT_CHARS = 400  # characters of each step's output that `replay` prints
 DEFAULT_GC_WINDOW_DAYS = 14.0  # `objects gc`: records older than this no longer keep their blobs
 DEFAULT_GC_GRACE_HOURS = 24.0  # `objects gc`: a blob written or reused more recently is never deleted
+DEFAULT_GC_SETTLE_S = 60.0  # `objects gc --delete`: how long to wait before reading the new records once more

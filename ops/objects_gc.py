@@ -16,8 +16,14 @@ Live (marked), on every run's topics the broker holds:
 Young (kept): a blob written within the grace period (`--grace-hours`), named or not. A snapshot is stored
 before the StepExecuted that names it is produced, and weights before their PolicyPublished: the grace
 must exceed the longest such gap (the default, a day, exceeds any step's timeout by far). A blob put again
-while it exists gets its modification time refreshed by the store, so a file a new snapshot reuses counts as
-young too.
+while it exists gets its modification time refreshed by the local store, so a file a new snapshot reuses
+counts as young too.
+
+Reused meanwhile (kept): a snapshot taken while the clean-up runs may reuse an old blob that no record in the
+window names yet (the S3 store cannot refresh an object's date when it is reused, and the local store's
+refresh can come between the listing and the deletion). Before deleting, `--delete` waits `--settle-seconds`
+(longer than a snapshot takes from finding a file stored to the record naming it) and reads every topic
+again from when the mark began: whatever those records name is kept.
 
 A live hash keeps its blob under every media type it is stored with. Everything else is deleted, and so
 are writers' temporary files older than the grace (a writer killed between its write and its rename).
@@ -36,17 +42,22 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ops.log_defaults import DEFAULT_GC_GRACE_HOURS, DEFAULT_GC_WINDOW_DAYS
+from ops.log_defaults import DEFAULT_GC_GRACE_HOURS, DEFAULT_GC_SETTLE_S, DEFAULT_GC_WINDOW_DAYS
 from sandbox_agent.manifest import SnapshotId
 from sandbox_agent.snapshots import SnapshotStore
 from schemas.blobs import TYPED_FOLDER, BlobIntegrityError, BlobRef, ObjectStore
 from schemas.topics import POLICY_VERSIONS, TASKS, TOPICS
 
+if TYPE_CHECKING:  # obstore is loaded only when an S3 store is cleaned
+    from schemas.s3_store import S3ObjectStore
+
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _BLOB_FIELDS = frozenset({"sha256", "size", "media_type"})
 TEMP_PREFIX = ".tmp-"  # LocalObjectStore's temporary names
+# The second read starts this long before the mark began: a record's broker timestamp may lag the clock here.
+MARK_SKEW_MS = 60_000
 
 
 # -- what records name ---------------------------------------------------------------------------------
@@ -153,7 +164,7 @@ class Marker:
 @dataclass(frozen=True)
 class StoredBlob:
     name: str  # the sha256, or a temporary file's name
-    path: Path
+    location: str  # the file's path, or the object's key under the store's prefix
     size: int
     mtime_s: float
 
@@ -186,12 +197,27 @@ def plan_sweep(stored: Iterable[StoredBlob], live: set[str], now_s: float, grace
     return SweepPlan(tuple(sorted(delete, key=lambda b: b.name)), named, young)
 
 
+class StoredBlobs(Protocol):
+    """What a store holds, as the clean-up lists and deletes it: a folder's files or a bucket's objects."""
+
+    @property
+    def where(self) -> str: ...
+
+    def stored(self) -> Iterator[StoredBlob]: ...
+
+    def delete(self, blob: StoredBlob) -> bool: ...
+
+
 class BlobFolder:
     """The files of a `LocalObjectStore` (`<root>/<sha[:2]>/<sha>`, and the same under each folder of
     `<root>/typed/`): listing and deleting them."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
+
+    @property
+    def where(self) -> str:
+        return str(self.root)
 
     def stored(self) -> Iterator[StoredBlob]:
         typed = self.root / TYPED_FOLDER
@@ -212,13 +238,39 @@ class BlobFolder:
                 )
                 info = path.lstat()
                 if ours and path.is_file() and not path.is_symlink():
-                    yield StoredBlob(path.name, path, info.st_size, info.st_mtime)
+                    yield StoredBlob(path.name, str(path), info.st_size, info.st_mtime)
 
     def delete(self, blob: StoredBlob) -> bool:
         try:
-            os.unlink(blob.path)
+            os.unlink(blob.location)
         except FileNotFoundError:
             return False
+        return True
+
+
+# The keys of an S3 store, as `S3ObjectStore.key_of` makes them.
+_KEY = re.compile(r"(?:typed/[^/]+/)?([0-9a-f]{2})/([0-9a-f]{64})")
+
+
+class BucketBlobs:
+    """The objects of an `S3ObjectStore` under its prefix: listing (the store's own keys only) and
+    deleting them. An object's date is its last PUT (S3 writes have no temporary names)."""
+
+    def __init__(self, store: S3ObjectStore) -> None:
+        self.store = store
+
+    @property
+    def where(self) -> str:
+        return self.store.settings.url
+
+    def stored(self) -> Iterator[StoredBlob]:
+        for key, size, modified_s in self.store.listing():
+            found = _KEY.fullmatch(key)
+            if found is not None and found.group(2).startswith(found.group(1)):
+                yield StoredBlob(found.group(2), key, size, modified_s)
+
+    def delete(self, blob: StoredBlob) -> bool:
+        self.store.delete_key(blob.location)
         return True
 
 
@@ -250,6 +302,7 @@ class CleanupReport:
     broken_snapshots: tuple[str, ...]
     applied: bool  # False: a preview (nothing deleted)
     seconds: float
+    reused: int = 0  # old and unnamed at the mark, named by a record written since: kept
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -260,6 +313,7 @@ class CleanupReport:
             "live": self.live,
             "young": self.young,
             "deleted": self.deleted,
+            "reused": self.reused,
             "bytes_freed": self.bytes_freed,
             "broken_snapshots": list(self.broken_snapshots),
             "seconds": round(self.seconds, 3),
@@ -275,27 +329,59 @@ def collect_garbage(
     topic_names: Iterable[str],
     read: RecordSource,
     store: ObjectStore,
-    folder: BlobFolder,
+    blobs: StoredBlobs,
     *,
     window_s: float = DEFAULT_GC_WINDOW_DAYS * 86400,
     grace_s: float = DEFAULT_GC_GRACE_HOURS * 3600,
+    settle_s: float = DEFAULT_GC_SETTLE_S,
     apply: bool = False,
     now_s: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> CleanupReport:
-    """Mark from every trialog topic among `topic_names`, then delete (when `apply`) what is not live."""
-    from schemas.codec import DecodeError, default_codec
-
+    """Mark from every trialog topic among `topic_names`, then delete (when `apply`) what is not live:
+    after `settle_s`, minus whatever the records written since the mark began name (see the module doc)."""
     started = time.monotonic()
-    codec = default_codec()
     now = now_s()
     marker = Marker(window_start_ms=int((now - window_s) * 1000))
     topics = run_topics(topic_names)
-    runs = {topic: (run, base) for topic, run, base in topics}
     # The always-live topics from their beginning; the others only within the window.
     whole = [topic for topic, _, base in topics if base in (TASKS.name, POLICY_VERSIONS.name)]
     windowed = [topic for topic, _, base in topics if topic not in whole]
+    undecodable = _mark(marker, topics, read, [(whole, None), (windowed, marker.window_start_ms)])
+    live, broken = marker.live(SnapshotStore(store))
+    # Listed after the mark: a blob written during the mark is young, never deleted for being unseen.
+    plan = plan_sweep(blobs.stored(), live, now_s(), grace_s)
+    delete, reused = list(plan.delete), 0
+    if apply and delete:
+        sleep(settle_s)
+        # Records written since the mark began (their broker timestamps, less a margin for clock skew).
+        since_ms = int(now * 1000) - MARK_SKEW_MS
+        undecodable += _mark(marker, topics, read, [([topic for topic, _, _ in topics], since_ms)])
+        live, broken = marker.live(SnapshotStore(store))
+        kept = [blob for blob in delete if not blob.temporary and blob.name in live]
+        reused = len(kept)
+        delete = [blob for blob in delete if blob not in kept]
+    deleted = sum(blobs.delete(blob) for blob in delete) if apply else len(delete)
+    return CleanupReport(
+        len(topics), marker.records, undecodable, plan.live, plan.young, deleted,
+        sum(blob.size for blob in delete), tuple(broken), apply, time.monotonic() - started, reused,
+    )  # fmt: skip
+
+
+def _mark(
+    marker: Marker,
+    topics: Sequence[tuple[str, str, str]],
+    read: RecordSource,
+    passes: Sequence[tuple[Sequence[str], int | None]],
+) -> int:
+    """Mark what the records of each pass (topics, from a time or the beginning) name; the count of
+    records that could not be decoded."""
+    from schemas.codec import DecodeError, default_codec
+
+    codec = default_codec()
+    runs = {topic: (run, base) for topic, run, base in topics}
     undecodable = 0
-    for names, since_ms in ((whole, None), (windowed, marker.window_start_ms)):
+    for names, since_ms in passes:
         if not names:
             continue
         for topic, timestamp_ms, value in read(names, since_ms):
@@ -308,14 +394,7 @@ def collect_garbage(
                 continue
             run, base = runs[topic]
             marker.add(base, run, timestamp_ms, record)
-    live, broken = marker.live(SnapshotStore(store))
-    # Listed after the mark: a blob written during the mark is young, never deleted for being unseen.
-    plan = plan_sweep(folder.stored(), live, now_s(), grace_s)
-    deleted = sum(folder.delete(blob) for blob in plan.delete) if apply else len(plan.delete)
-    return CleanupReport(
-        len(topics), marker.records, undecodable, plan.live, plan.young, deleted, plan.bytes_freed,
-        tuple(broken), apply, time.monotonic() - started,
-    )  # fmt: skip
+    return undecodable
 
 
 def kafka_source(bootstrap: str, timeout_s: float) -> tuple[list[str], RecordSource]:

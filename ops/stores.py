@@ -53,15 +53,3 @@ def open_objects(given: StoreLocation | None = None, paths: Paths | None = None)
         except ObjectStoreUnavailable as exc:
             raise StackError(exc.message, exc.hint) from None
     return store
-
-
-def local_folder(given: StoreLocation | None, what: str, paths: Paths | None = None) -> LocalObjectStore:
-    """The folder store at `given` (else the stack's); a `StackError` saying that `what` works on folders
-    only when the location is a bucket, before any request to it."""
-    location = location_of(given, paths)
-    if location.folder is None:
-        raise StackError(
-            f"{what} works on a local object store folder only, not on {location}",
-            "name a folder with --objects DIR (docs/object-store.md: cleaning up an S3 store)",
-        )
-    return LocalObjectStore(location.folder)

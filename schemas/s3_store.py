@@ -11,18 +11,20 @@ that does not answer or a bucket that does not exist fails `check()` within seco
 read or write that fails for such a reason later raises `ObjectStoreUnavailable` (an `OSError`, as a disk
 error of the local store is), never `BlobIntegrityError`, which means the blob is missing or damaged.
 
-Clean-up: the local store refreshes a blob's modification time whenever a writer finds it already stored,
-and `trialog objects gc` keeps what was used within its grace period. S3 has no cheap way to touch an
-object (a copy onto itself is refused unless its metadata changes), so this store does not refresh
-anything and `objects gc` refuses an S3 store. A bucket lifecycle rule that expires objects by age is not
-a safe substitute: a file that every step's snapshot reuses keeps the date it was first written.
+Clean-up (`trialog objects gc`, through `listing` and `delete_key`): the local store refreshes a blob's
+modification time whenever a writer finds it already stored; S3 has no cheap way to touch an object (a copy
+onto itself is refused unless its metadata changes), so `contains` refreshes nothing here, and a put (always
+a whole PUT) is the only thing that dates an object. The clean-up therefore does not rely on dates for
+reuse: it reads the log once more after a settling time and keeps whatever a record written meanwhile
+names (`ops.objects_gc`). A bucket lifecycle rule that expires objects by age is not a safe substitute: a
+file that every step's snapshot reuses keeps the date it was first written.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING
@@ -226,6 +228,26 @@ class S3ObjectStore:
         except ObstoreError as exc:
             raise self._unavailable("head", BlobRef(sha256, 0, media_type), exc) from None
         return True
+
+    def listing(self) -> Iterator[tuple[str, int, float]]:
+        """Every object under the prefix, in pages: (key under the prefix, size, last-modified time in
+        seconds since the epoch). Keys that are not the store's layout are listed too: the caller picks."""
+        try:
+            for page in obstore.list(self._store, chunk_size=1000):
+                for meta in page:
+                    yield meta["path"], int(meta["size"]), meta["last_modified"].timestamp()
+        except (FileNotFoundError, ObstoreError) as exc:
+            raise self._unavailable("list", None, exc) from None
+
+    def delete_key(self, key: str) -> None:
+        """Delete one object by its key under the prefix (an object already gone is no error: S3's DELETE
+        of a missing key succeeds)."""
+        try:
+            obstore.delete(self._store, key)
+        except FileNotFoundError:
+            return
+        except ObstoreError as exc:
+            raise self._unavailable("delete", None, exc) from None
 
     def check(self) -> None:
         """Return once the endpoint answers and the bucket exists and lets these credentials list it;

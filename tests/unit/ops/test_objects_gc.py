@@ -11,6 +11,7 @@ import pytest
 
 from ops.cli.main import main as trialog
 from ops.objects_gc import (
+    MARK_SKEW_MS,
     BlobFolder,
     Marker,
     StoredBlob,
@@ -68,7 +69,7 @@ def test_the_window_and_the_always_live_topics() -> None:
 
 
 def _blob(name: str, age_s: float) -> StoredBlob:
-    return StoredBlob(name, Path(name), 10, NOW_S - age_s)
+    return StoredBlob(name, name, 10, NOW_S - age_s)
 
 
 def test_the_sweep_keeps_named_and_young_blobs_and_old_temporaries_go() -> None:
@@ -115,8 +116,8 @@ def test_the_folder_lists_only_the_stores_own_files(tmp_path: Path) -> None:
     (tmp_path / "zz").mkdir()
     typed = store.put(b"y", "text/plain")
     assert [blob.name for blob in BlobFolder(tmp_path).stored()] == [ref.sha256, typed.sha256]
-    assert [blob.path for blob in BlobFolder(tmp_path).stored()][1] == store.path_of(
-        typed.sha256, "text/plain"
+    assert [blob.location for blob in BlobFolder(tmp_path).stored()][1] == str(
+        store.path_of(typed.sha256, "text/plain")
     )
 
 
@@ -182,10 +183,13 @@ def test_collect_garbage_deletes_only_what_nothing_live_names(tmp_path: Path) ->
     log.records.append(("r1.episode.events", recent_ms, b"not avro"))
     log.records.append(("r1.tasks", old_ms, None))  # a tombstone
 
+    slept: list[float] = []
+
     def collect(apply: bool) -> dict[str, object]:
         report = collect_garbage(
             ["r1.episode.events", "r1.policy.versions", "r1.tasks", "other"], log.read, store,
-            BlobFolder(store.root), window_s=14 * DAY_S, grace_s=DAY_S, apply=apply, now_s=lambda: NOW_S,
+            BlobFolder(store.root), window_s=14 * DAY_S, grace_s=DAY_S, settle_s=5.0, apply=apply,
+            now_s=lambda: NOW_S, sleep=slept.append,
         )  # fmt: skip
         return report.to_json()
 
@@ -195,14 +199,43 @@ def test_collect_garbage_deletes_only_what_nothing_live_names(tmp_path: Path) ->
     assert log.reads[0] == (("r1.policy.versions", "r1.tasks"), None)  # the always-live ones from the start
     assert log.reads[1] == (("r1.episode.events",), int((NOW_S - 14 * DAY_S) * 1000))
 
+    assert slept == []  # a preview does not wait
     report = collect(apply=True)
-    assert report["deleted"] == 3 and report["broken_snapshots"] == []
+    assert slept == [5.0] and log.reads[-1] == (
+        ("r1.episode.events", "r1.policy.versions", "r1.tasks"),
+        int(NOW_S * 1000) - MARK_SKEW_MS,
+    )  # after the wait, every topic again from when the mark began
+    assert report["deleted"] == 3 and report["broken_snapshots"] == [] and report["reused"] == 0
     assert report["young"] == 1 and report["live"] == 4  # kept: its manifest and 2 files; the weights
     kept_files = {e.sha256 for e in SnapshotStore(store).load(kept).files}
     assert _stored(store, kept.sha256, MANIFEST_MEDIA_TYPE)
     assert all(_stored(store, sha) for sha in [*kept_files, weights.sha256, fresh.sha256])
     assert not _stored(store, gone.sha256, MANIFEST_MEDIA_TYPE) and not _stored(store, stray.sha256)
     assert not _stored(store, BlobRef.of(b"only an old step named this").sha256)
+
+
+def test_an_old_blob_a_snapshot_reuses_while_the_clean_up_waits_is_kept(tmp_path: Path) -> None:
+    # The S3 store cannot refresh a reused object's date, and the folder's refresh can come after the
+    # listing: what a record written during the clean-up names stays, whatever its date.
+    store = LocalObjectStore(tmp_path / "objects")
+    codec = default_codec()
+    old = _old_tree(store, tmp_path / "old", {"main.py": b"print('reused by a step right now')"})
+    other = _old_tree(store, tmp_path / "other", {"x.py": b"named by nothing"})
+    log = _Log()
+
+    def a_step_reuses_it(_seconds: float) -> None:
+        episode = EpisodeScript(codec, episode_id="ep-now")
+        episode.start()
+        episode.execute(snapshot_id=str(old))
+        log.records.extend(("r1.episode.events", int(NOW_S * 1000) + 500, data) for data in episode.records)
+
+    report = collect_garbage(
+        ["r1.episode.events"], log.read, store, BlobFolder(store.root), window_s=14 * DAY_S, grace_s=DAY_S,
+        settle_s=1.0, apply=True, now_s=lambda: NOW_S, sleep=a_step_reuses_it,
+    )  # fmt: skip
+    assert (report.deleted, report.reused) == (2, 2)  # the other tree went; the reused manifest and file stay
+    assert SnapshotStore(store).load(old).files[0].path == "main.py"
+    assert not _stored(store, other.sha256, MANIFEST_MEDIA_TYPE)
 
 
 def test_the_command_refuses_a_missing_store_before_touching_kafka(

@@ -12,7 +12,7 @@ from learner.publish import blob_uri
 from ops.cli import kit
 from ops.paths import Paths
 from ops.run_workers import worker_commands
-from ops.stores import local_folder, open_objects, stack_location
+from ops.stores import open_objects, stack_location
 from schemas.blobs import BlobRef, LocalObjectStore, MemoryObjectStore
 from schemas.object_stores import OBJECT_STORE_ENV, StoreLocation, open_object_store, parse_location
 from schemas.s3_store import S3ObjectStore, S3Settings
@@ -128,17 +128,3 @@ def test_an_s3_store_without_credentials_is_a_stack_error_before_any_request(
         monkeypatch.delenv(name, raising=False)
     with pytest.raises(StackError, match="needs credentials"):
         open_objects(StoreLocation(bucket="trialog"))
-
-
-def test_cleaning_up_refuses_an_s3_store_before_asking_it_anything(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.delenv(OBJECT_STORE_ENV, raising=False)
-    assert local_folder(StoreLocation(folder=tmp_path), "gc").root == tmp_path
-    with pytest.raises(
-        StackError, match="gc works on a local object store folder only, not on s3://trialog/r1"
-    ):
-        local_folder(StoreLocation(bucket="trialog", prefix="r1"), "gc")  # no credentials needed to refuse
-    monkeypatch.setenv(OBJECT_STORE_ENV, "s3://trialog")
-    with pytest.raises(StackError, match="not on s3://trialog"):
-        local_folder(None, "gc")
