@@ -9,7 +9,7 @@ from typing import Any
 
 from ops.console import say, step
 from ops.paths import Paths
-from ops.stack import docker_engine, images, jaeger, kafka, seaweedfs, toxiproxy
+from ops.stack import compose_check, docker_engine, images, jaeger, kafka, seaweedfs, toxiproxy
 from ops.stack.health import Health
 from streams.kafka.topics import ensure_topics
 
@@ -72,6 +72,9 @@ def prepare(config: StackConfig) -> None:
     # Not part of `up` either: the proxy the fault tests put in front of brokers to cut them off or slow them.
     with step("Toxiproxy binary, the fault tests' network proxy (go build once, then cached)"):
         say(f"   {toxiproxy.binary(paths)}")
+    # The tests' check of ops/deploy/compose.yaml, with the reader `docker compose` uses.
+    with step("compose-check, the tests' compose file validator (go build once, then cached)"):
+        say(f"   {compose_check.binary(paths)}")
 
 
 def up(config: StackConfig) -> None:
