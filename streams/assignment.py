@@ -1,11 +1,12 @@
 """Which partitions this streams worker owns now, as the group's rebalances tell it.
 
 Faust's own view lags behind a rebalance: its assignor keeps the previous generation's partitions until the
-next assignment arrives, and a recovery of the previous generation that finishes while the worker rejoins
-marks the app as no longer rebalancing (`app.rebalancing`, which Faust's generation check cannot stop: the
-new generation's number is known only once its assignment is). In that window a worker went on with the
-partitions of the previous generation and appended to those another worker now owned (the chaos test:
-duplicate steps and forked chains, two workers recovering the same partitions at once).
+next assignment arrives, and (as far as we can read Faust's recovery) one of the previous generation that
+finishes while the worker rejoins marks the app as no longer rebalancing (`app.rebalancing`; Faust's
+generation check cannot stop it: the new generation's number is known only once its assignment is). In
+that window a worker went on with the partitions of the previous generation and appended to those another
+worker now owned (the chaos test: two workers recovering the same partitions at once, duplicate steps and
+forked chains).
 
 So the worker keeps its own view, from Faust's two signals: a revocation clears it (nothing is owned until
 the next assignment), an assignment sets it. Nothing is recovered or handled while it is clear.
