@@ -87,20 +87,32 @@ def _deliver(world: World, worker: EpisodeWorker, topic: str, value: bytes) -> b
     return handled
 
 
-def test_a_stale_owner_gives_its_inputs_back_and_writes_nothing_while_its_successor_goes_on() -> None:
+@dataclasses.dataclass
+class Takeover:
+    """An owner started an episode, then stalled past its session; a successor took the partition over and
+    handled the policy's answer."""
+
+    world: World
+    clocks: Clocks
+    owner_membership: Membership
+    owner: EpisodeWorker
+    action: bytes
+
+
+def _stall_and_take_over() -> Takeover:
     clocks = Clocks()
     fenced = Fenced(World(), clocks)
     world = fenced.world
-    old = _membership(clocks)
-    old.confirmed(clocks.mono)
-    zombie = fenced.worker(old)
-    asyncio.run(zombie.sync_assignment({0}))
-    assert _deliver(world, zombie, "episode.commands", CODEC.encode(start_command()))
+    owned = _membership(clocks)
+    owned.confirmed(clocks.mono)
+    owner = fenced.worker(owned)
+    asyncio.run(owner.sync_assignment({0}))
+    assert _deliver(world, owner, "episode.commands", CODEC.encode(start_command()))
     (request,) = world.log.records("policy.requests")
     assert isinstance(request, PolicyRequest)
     assert set(world.log.stamps) == {clocks.wall} and set(world.rows.stamps) == {clocks.wall}
 
-    # The zombie stalls past its session; the group gives the partition to a successor, which recovers it.
+    # The owner stalls past its session; the group gives the partition to a successor, which recovers it.
     clocks.advance(fencing.SESSION_TIMEOUT_S + 2)
     new = _membership(clocks)
     new.confirmed(clocks.mono)
@@ -108,6 +120,14 @@ def test_a_stale_owner_gives_its_inputs_back_and_writes_nothing_while_its_succes
     asyncio.run(successor.sync_assignment({0}))
     action = CODEC.encode(world.workers.act(request))
     assert _deliver(world, successor, "policy.results", action)
+    return Takeover(world, clocks, owned, owner, action)
+
+
+def test_a_stale_owner_gives_its_inputs_back_and_writes_nothing_while_its_successor_goes_on() -> None:
+    takeover = _stall_and_take_over()
+    world, clocks, old, zombie, action = (
+        takeover.world, takeover.clocks, takeover.owner_membership, takeover.owner, takeover.action
+    )  # fmt: skip
     logged = len(world.log.values("episode.events"))
     sent = sum(len(records) for records in world.log.topics.values())
 
@@ -186,25 +206,10 @@ def test_a_worker_given_its_partition_back_after_a_rebalance_folds_what_its_succ
     # The chaos test's case: a worker frozen past its session handled no batch while stale (its wake-up
     # began with the rejoin), got its old partition back in the new generation, and went on from its old
     # rows, appending duplicate steps. The rebalance's revocation (`forget_all`) makes it recover.
-    clocks = Clocks()
-    fenced = Fenced(World(), clocks)
-    world = fenced.world
-    first = _membership(clocks)
-    first.confirmed(clocks.mono)
-    owner = fenced.worker(first)
-    asyncio.run(owner.sync_assignment({0}))
-    assert _deliver(world, owner, "episode.commands", CODEC.encode(start_command()))
-    (request,) = world.log.records("policy.requests")
-    assert isinstance(request, PolicyRequest)
-
-    # Frozen; the partition moves to a successor, which handles the policy's answer.
-    clocks.advance(fencing.SESSION_TIMEOUT_S + 2)
-    second = _membership(clocks)
-    second.confirmed(clocks.mono)
-    successor = fenced.worker(second)
-    asyncio.run(successor.sync_assignment({0}))
-    action = CODEC.encode(world.workers.act(request))
-    assert _deliver(world, successor, "policy.results", action)
+    takeover = _stall_and_take_over()
+    world, clocks, first, owner, action = (
+        takeover.world, takeover.clocks, takeover.owner_membership, takeover.owner, takeover.action
+    )  # fmt: skip
     logged = len(world.log.values("episode.events"))
 
     # The old owner wakes into a rebalance (revocation first), rejoins (confirmed) and gets partition 0 again.
