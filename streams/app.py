@@ -243,36 +243,33 @@ def _ack(event: Any) -> None:
         _HANDLED.reset(token)
 
 
-def guard_acks(consumer: Any, topics: set[str]) -> bool:
-    """Let only the worker's own acknowledgements of `topics`' records reach the commit; True once done.
+def guard_acks(consumer: Any, topics: set[str]) -> None:
+    """Let only the worker's own acknowledgements of `topics`' records reach the commit (once per consumer).
 
-    Faust's stream *acknowledges* the records it skips instead of delivering them: those fetched in an
-    earlier group generation and handed out after a rebalance, or while its flow is paused. It counts on
-    reading them again from the committed offset, but the acknowledgement lets the commit pass them, and
-    the copies read again can be dropped as already read (Faust's read offset moved past them): in the
-    chaos test, StartEpisode commands that arrived while their owner was frozen were committed and never
-    handled (their episodes never began). Here such an acknowledgement only releases the record from
-    Faust's tracking (`_release`): it stays uncommitted, and is read again by this worker or the next owner.
-
-    And Faust's choice of the offset to commit (`Consumer._new_offset`) lets the commit pass the one record
+    Faust's choice of the offset to commit (`Consumer._new_offset`) lets the commit pass the one record
     right at the committed offset when it is not acknowledged but later ones are (it checks that the first
     acknowledged offset is more than one past the committed one, which is already the next to read; and
     nothing at all when the committed offset is 0): a record given back while its successors were handled
     was committed unhandled, and StartEpisode commands sent while their owner was frozen never began their
-    episodes (the chaos test). Here the commit waits until the record at the committed offset is handled.
+    episodes (the chaos test; they stopped once this was fixed). Here the commit waits until the record at
+    the committed offset is handled.
 
-    Likewise Faust's gaps: when the offsets it hands out jump (for Faust, a compacted or transactional
-    topic's holes), it lets the commit skip the offsets in between. The input topics have no holes (no
-    compaction, no transactions), so a jump there is a record Faust dropped as already read after a seek;
-    the commit must stop before it, not skip it.
+    Two more ways to the same loss, found by reading Faust, not seen on their own: its stream
+    *acknowledges* the records it skips instead of delivering them (fetched in an earlier group generation
+    and handed out after a rebalance, or while its flow is paused), counting on reading them again from the
+    committed offset; here such an acknowledgement only releases the record from Faust's tracking
+    (`_untrack`). And when the offsets it hands out jump (for Faust, a compacted or transactional topic's
+    holes), it lets the commit skip the offsets in between; the input topics have no holes (no compaction,
+    no transactions), so a jump there is a record dropped as already read after a seek, and the commit stops
+    before it.
     """
     if getattr(consumer, "_trialog_guarded", False):
-        return True
+        return
     original = consumer.ack
 
     def ack(message: Any) -> bool:
         if message.topic in topics and not _HANDLED.get():
-            message.acked = True
+            _untrack(message)
             return False
         return bool(original(message))
 
@@ -297,7 +294,6 @@ def guard_acks(consumer: Any, topics: set[str]) -> bool:
     consumer._add_gap = add_gap_elsewhere
     consumer._new_offset = new_offset_after_handled
     consumer._trialog_guarded = True
-    return True
 
 
 def _release(event: Any) -> None:
@@ -305,10 +301,14 @@ def _release(event: Any) -> None:
     read again, by this worker or the partition's next owner), and let Faust stop tracking it. A rebalance
     first waits until every input Faust delivered is acknowledged or collected, and Faust's own stream holds
     on to the last input it delivered until the next one comes, which the paused rebalance never brings:
-    a given-back input left tracked held both streams workers of the chaos test in that wait for good.
-    Marking the message done (what Faust's `Message.ack` does before it tells the consumer the offset)
-    without telling the consumer ends the wait and commits nothing; a later `ack` of it is a no-op."""
-    event.message.acked = True
+    a given-back input left tracked held both streams workers of the chaos test in that wait for good."""
+    _untrack(event.message)
+
+
+def _untrack(message: Any) -> None:
+    """Mark the message done as Faust's `Message.ack` does before it tells the consumer the offset, without
+    telling it: Faust's wait ends and nothing is committed; a later `ack` of it is a no-op."""
+    message.acked = True
 
 
 def _aiokafka_consumer(app: Any) -> Any:
