@@ -40,7 +40,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -351,20 +351,20 @@ def collect_garbage(
     live, broken = marker.live(SnapshotStore(store))
     # Listed after the mark: a blob written during the mark is young, never deleted for being unseen.
     plan = plan_sweep(blobs.stored(), live, now_s(), grace_s)
-    delete, reused = list(plan.delete), 0
-    if apply and delete:
+    reused = 0
+    if apply and plan.delete:
         sleep(settle_s)
         # Records written since the mark began (their broker timestamps, less a margin for clock skew).
         since_ms = int(now * 1000) - MARK_SKEW_MS
         undecodable += _mark(marker, topics, read, [([topic for topic, _, _ in topics], since_ms)])
         live, broken = marker.live(SnapshotStore(store))
-        kept = [blob for blob in delete if not blob.temporary and blob.name in live]
-        reused = len(kept)
-        delete = [blob for blob in delete if blob not in kept]
-    deleted = sum(blobs.delete(blob) for blob in delete) if apply else len(delete)
+        still = tuple(blob for blob in plan.delete if blob.temporary or blob.name not in live)
+        reused = len(plan.delete) - len(still)
+        plan = replace(plan, delete=still)
+    deleted = sum(blobs.delete(blob) for blob in plan.delete) if apply else len(plan.delete)
     return CleanupReport(
-        len(topics), marker.records, undecodable, plan.live, plan.young, deleted,
-        sum(blob.size for blob in delete), tuple(broken), apply, time.monotonic() - started, reused,
+        len(topics), marker.records, undecodable, plan.live, plan.young, deleted, plan.bytes_freed,
+        tuple(broken), apply, time.monotonic() - started, reused,
     )  # fmt: skip
 
 
