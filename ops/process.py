@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -88,10 +89,49 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
         return sock.connect_ex((host, port)) == 0
 
 
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LOWEST_CHOSEN_PORT = 10000  # well clear of the registered ports services take by default
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    return free_ports(1, host)[0]
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """`count` different ports nothing is bound to now, for a server about to start on them.
+
+    Chosen below the kernel's ephemeral range where there is room: a port the kernel picks (bind to port 0)
+    is one it also gives every outgoing connection, and a busy test session (Kafka clients, Docker, HTTP)
+    took one such port between its choice and the server's bind (CI: the S3 server's volume port). Held
+    bound until all are chosen, so that no two are the same."""
+    low, _high = _ephemeral_range()
+    held: list[socket.socket] = []
+    try:
+        for _ in range(count * 50):
+            if len(held) == count:
+                break
+            port = random.randrange(LOWEST_CHOSEN_PORT, low) if low > LOWEST_CHOSEN_PORT + 1000 else 0
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                sock.bind((host, port))
+            except OSError:
+                sock.close()
+                continue
+            held.append(sock)
+        if len(held) < count:
+            raise OSError(f"no {count} free ports on {host} below {low}")
+        return [int(sock.getsockname()[1]) for sock in held]
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = EPHEMERAL_RANGE_FILE.read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
 
 
 def log_tail(log_file: Path, lines: int = 15) -> str:

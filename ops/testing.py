@@ -94,9 +94,7 @@ class KafkaContainer(DockerContainer):
         `bootstrap` stays the node's own port."""
         super().__init__(str(images.kafka_ref()))
         if nodes is None:
-            self.kafka_ports = ports or kafka.KafkaPorts(
-                broker=process.free_port(), controller=process.free_port()
-            )
+            self.kafka_ports = ports or kafka.KafkaPorts(*process.free_ports(2))
             nodes = self.kafka_ports.nodes()
         else:
             self.kafka_ports = kafka.KafkaPorts(*nodes[node_id - 1])
@@ -168,7 +166,8 @@ class KafkaCluster:
     `add_latency` slows every link."""
 
     def __init__(self, paths: Paths, size: int = 3, proxy: ToxiproxyProcess | None = None) -> None:
-        nodes = [(process.free_port(), process.free_port()) for _ in range(size)]
+        free = process.free_ports(2 * size)
+        nodes = [(free[2 * i], free[2 * i + 1]) for i in range(size)]
         cluster_id = kafka.new_cluster_id()
         self.toxiproxy = proxy
         self.proxies: list[toxiproxy.Proxy] = []
@@ -277,9 +276,7 @@ class JaegerProcess:
     """The cached Jaeger binary on free loopback ports, stopped on exit."""
 
     paths: Paths
-    ports: jaeger.JaegerPorts = field(
-        default_factory=lambda: jaeger.JaegerPorts(*(process.free_port() for _ in range(6)))
-    )
+    ports: jaeger.JaegerPorts = field(default_factory=lambda: jaeger.JaegerPorts(*process.free_ports(6)))
     home: Path = field(init=False)
 
     def __enter__(self) -> JaegerProcess:
@@ -307,7 +304,7 @@ class SeaweedProcess:
     def __enter__(self) -> seaweedfs.SeaweedServer:
         home = self.paths.component("test-seaweedfs") / uuid.uuid4().hex[:8]
         try:
-            self.server = seaweedfs.start(self.paths, home, seaweedfs.SeaweedPorts.free(), self.bucket)
+            self.server = seaweedfs.start_on_free_ports(self.paths, home, self.bucket)
         except StackError:
             shutil.rmtree(home, ignore_errors=True)
             raise

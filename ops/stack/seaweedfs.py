@@ -29,6 +29,7 @@ MODULE = "github.com/seaweedfs/seaweedfs"
 PACKAGE = f"{MODULE}/weed"
 TOOL_MODULE_DIR = REPO_ROOT / "ops" / "seaweedfs"  # go.mod/go.sum pin every dependency of the build
 START_TIMEOUT_S = 90.0  # seen: ~2 s on an idle 2-core machine; more under a loaded test session
+START_ATTEMPTS = 3  # `start_on_free_ports`: a port taken between choosing and binding it, again and again
 STOP_GRACE_S = 1.0  # a test server's data is thrown away: no need to wait for its orderly shutdown (~15 s)
 
 
@@ -56,7 +57,7 @@ class SeaweedPorts:
 
     @classmethod
     def free(cls) -> SeaweedPorts:
-        return cls(*(process.free_port() for _ in range(8)))
+        return cls(*process.free_ports(8))
 
     @property
     def endpoint_url(self) -> str:
@@ -157,12 +158,39 @@ class SeaweedServer:
                     Path(f"/tmp/seaweedfs-{kind}-grpc-{port}.sock").unlink()
 
 
+class SeaweedExited(StackError):
+    """The server process ended before it was ready (the log says why)."""
+
+    @property
+    def lost_a_port(self) -> bool:
+        """Whether it ended because one of its ports was taken: free ports are only free when chosen, and
+        another program (any outgoing connection's ephemeral port) may take one before the server binds it
+        (seen in CI: the volume server's `startClusterHttpService` failed, the whole `weed server` exited)."""
+        return "address already in use" in self.message
+
+
+def start_on_free_ports(
+    paths: Paths, home: Path, bucket: str, attempts: int = START_ATTEMPTS
+) -> SeaweedServer:
+    """`start` on free ports, again on other free ports (and a fresh `home`) while a port it was given is
+    taken before the server binds it."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return start(paths, home, SeaweedPorts.free(), bucket)
+        except SeaweedExited as exc:
+            if not exc.lost_a_port or attempt == attempts:
+                raise
+            shutil.rmtree(home, ignore_errors=True)
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
 def start(paths: Paths, home: Path, ports: SeaweedPorts, bucket: str) -> SeaweedServer:
     """Start a server with its data under `home`, create `bucket`, and return once an object can be put
-    and read back through the S3 API; a `StackError` with the log's last lines otherwise."""
+    and read back through the S3 API; a `StackError` with the log's last lines otherwise (`SeaweedExited`
+    as soon as the server process ends)."""
     for port in ports.all():
         if process.port_open(port):
-            raise StackError(f"port 127.0.0.1:{port} is already taken by another program", "retry")
+            raise SeaweedExited(f"127.0.0.1:{port}: address already in use (another program)", "retry")
     (home / "data").mkdir(parents=True, exist_ok=True)
     identity = S3Identity()
     config = home / "s3.json"
@@ -184,12 +212,31 @@ def start(paths: Paths, home: Path, ports: SeaweedPorts, bucket: str) -> Seaweed
 
 
 def _wait(ready: Callable[[], bool], deadline: float, server: SeaweedServer, what: str) -> None:
-    if not process.wait_until(ready, timeout_s=max(0.0, deadline - time.monotonic()), interval_s=0.3):
-        raise StackError(
-            f"SeaweedFS did not get ready ({what}) within {START_TIMEOUT_S:.0f} s; last log lines:\n"
-            f"{process.log_tail(server.log_file)}",
-            f"see {server.log_file}",
-        )
+    """Until `ready`; fails at once when the server process has ended (it does not come back by itself)."""
+    while not ready():
+        if process.running_pid(server.pid_file) is None:
+            raise SeaweedExited(
+                f"SeaweedFS exited before it got ready ({what}); its log:\n{_fatal_lines(server.log_file)}",
+                f"see {server.log_file}",
+            )
+        if time.monotonic() >= deadline:
+            raise StackError(
+                f"SeaweedFS did not get ready ({what}) within {START_TIMEOUT_S:.0f} s; last log lines:\n"
+                f"{process.log_tail(server.log_file)}",
+                f"see {server.log_file}",
+            )
+        time.sleep(0.3)
+
+
+def _fatal_lines(log_file: Path) -> str:
+    """The log's fatal lines (`F` in glog's first column), else its tail: a fatal error is followed by
+    every goroutine's stack, so the tail alone hides the reason (as it did in CI)."""
+    try:
+        lines = log_file.read_text(errors="replace").splitlines()
+    except FileNotFoundError:
+        return "(no log)"
+    fatal = [line for line in lines if line[:1] == "F" and line[1:5].isdigit()]
+    return "\n".join(fatal[-5:]) if fatal else process.log_tail(log_file)
 
 
 def _answers(port: int) -> bool:

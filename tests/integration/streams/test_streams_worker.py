@@ -250,10 +250,23 @@ def test_an_episode_survives_a_killed_worker_without_duplicate_events(
                     killed = True
                     worker.start()
                 _answer(bus, workers, record)
+        # The duplicate may reach the restarted worker while it still recovers: it gives such an input back
+        # and reads it again from the committed offset, possibly after the trajectory is out.
+        _wait_until_logged(tmp_path / "worker.log", "ignored (duplicate)", timeout_s=30)
     finally:
         worker.stop()
     _assert_logged_once(bus)
     _assert_ignored_not_dead_lettered(bus, tmp_path / "worker.log")
+
+
+def _wait_until_logged(log: Path, text: str, timeout_s: float) -> None:
+    """Wait until the worker's log says `text`; on giving up, fail with the log's tail (what CI needs)."""
+    deadline = time.monotonic() + timeout_s
+    while text not in log.read_text():
+        assert time.monotonic() < deadline, (
+            f"{text!r} not logged in {timeout_s:.0f} s:\n{log.read_text()[-4000:]}"
+        )
+        time.sleep(0.2)
 
 
 def _assert_ignored_not_dead_lettered(bus: Bus, log: Path) -> None:

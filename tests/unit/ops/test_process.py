@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+import socket
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from ops import process
 
@@ -41,3 +44,26 @@ def test_stale_pid_file_is_not_running(tmp_path: Path) -> None:
 
 def test_free_port_is_free() -> None:
     assert not process.port_open(process.free_port())
+
+
+def test_free_ports_are_different_and_below_the_ephemeral_range() -> None:
+    low, _high = process._ephemeral_range()
+    ports = process.free_ports(40)
+    assert len(set(ports)) == 40
+    assert all(process.LOWEST_CHOSEN_PORT <= port < low for port in ports)
+
+
+def test_a_bound_port_is_never_chosen(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Bound, not listening: a connection to it is refused, so only a bind tells that it is taken.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as bound:
+        bound.bind(("127.0.0.1", 0))
+        taken, (other,) = bound.getsockname()[1], process.free_ports(1)
+        picks = iter([taken, taken, other])
+        monkeypatch.setattr(process.random, "randrange", lambda _low, _high: next(picks))
+        assert process.free_ports(1) == [other]
+
+
+def test_without_room_below_the_ephemeral_range_the_kernel_chooses(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(process, "_ephemeral_range", lambda: (1024, 65535))
+    (port,) = process.free_ports(1)
+    assert port > 0 and not process.port_open(port)
