@@ -9,9 +9,10 @@ Who reads it again depends on why it was left:
   there. The input is given back: dropped here, read again from Kafka;
 * its partition is not assigned here: it moved, in a rebalance since it was fetched. Given back likewise;
 * otherwise the partition is assigned here and no rebalance is going on: the worker was stale (a pause, a
-  coordinator slow to answer). Nobody would read the input again until the next rebalance, which may never
-  come, so the batch holds it: it waits until the membership is confirmed (or a rebalance begins) and tries
-  again, in order, before anything queued after it.
+  coordinator slow to answer), or the partition's recovery failed (its log unreadable for a while).
+  Nobody would read the input again until the next rebalance, which may never come, so the batch holds
+  it: it waits until the membership is confirmed (or a rebalance begins), recovers the partition again,
+  and tries again, in order, before anything queued after it.
 
 An earlier version gave such inputs back too and sought the consumer back to them once the membership was
 confirmed. Holding needs no seek, and a seek is fragile under Faust: it sets the partition's read offset,
@@ -113,7 +114,8 @@ class BatchHandler:
                 held = True
                 self.held_batches += 1
                 log.warning(
-                    "membership stale: %d inputs of partitions %s held until it is confirmed",
+                    "%d inputs of partitions %s held until the membership is confirmed or the partition "
+                    "recovered",
                     len(pending),
                     sorted({event.message.partition for event in pending}),
                 )

@@ -220,6 +220,9 @@ class EpisodeWorker:
         self.live: dict[str, Row] = {}  # rows of the episodes in flight on ready partitions
         self.watermarks: dict[int, int] = {}  # partition -> W (see the module doc)
         self.deadlines: dict[str, tuple[int, int]] = {}  # episode -> (partition, deadline) of its request
+        # partition -> (clock time before which it is not recovered again, last backoff in s): see
+        # `_recovery_failed`.
+        self.recovery_retry: dict[int, tuple[int, float]] = {}
         self.lock = asyncio.Lock()
         self.stats: dict[str, int] = {}
         self.faults = faults
@@ -233,17 +236,37 @@ class EpisodeWorker:
 
     async def sync_assignment(self, assigned: set[int]) -> None:
         """Recover the partitions newly assigned (before anything is decided for them); forget the rest.
-        While the membership is stale nothing is recovered (recovery writes): a later call does it."""
+        While the membership is stale nothing is recovered (recovery writes): a later call does it. A
+        partition whose recovery failed (the log unreadable for a while: a broker restarting) stays
+        unrecovered, its inputs unhandled, and is tried again by a later call after a backoff."""
         async with self.lock:
             self._forget(self.ready - assigned)
             for partition in sorted(assigned - self.ready):
                 if not self.may_write():
                     return
+                if not self._recovery_due(partition):
+                    continue
                 try:
                     await self._recover(partition)
                 except Stale:
                     self._give_back_all("recovery")
                     return
+                except Exception:
+                    self._recovery_failed(partition)
+
+    def _recovery_due(self, partition: int) -> bool:
+        retry = self.recovery_retry.get(partition)
+        return retry is None or self.clock.now_us() >= retry[0]
+
+    def _recovery_failed(self, partition: int) -> None:
+        """Log the failure and set when to try again: the backoff doubles from `retry_backoff_s[0]` to
+        `[1]`, so that a log that stays unreadable is neither hammered nor given up on (a recovery failure
+        used to stop the worker, as a batch that keeps failing does)."""
+        _, last = self.recovery_retry.get(partition, (0, self.retry_backoff_s[0] / 2))
+        delay = min(2 * last, self.retry_backoff_s[1])
+        self.recovery_retry[partition] = (self.clock.now_us() + int(delay * 1e6), delay)
+        self._count("recovery_failed")
+        log.warning("partition %d: recovery failed, tried again in %.1f s", partition, delay, exc_info=True)
 
     async def forget_all(self, why: str) -> None:
         """Forget every partition (recovered again from the table and the log by the next
@@ -341,6 +364,7 @@ class EpisodeWorker:
         if records:
             self.watermarks[partition] = max(self.watermarks[partition], records[-1][0])
         self.ready.add(partition)
+        self.recovery_retry.pop(partition, None)
         log.info(
             "partition %d recovered: %d events, %d episodes moved, %d requests resent",
             partition,
@@ -416,7 +440,8 @@ class EpisodeWorker:
                     await self._rebuild(partitions)
 
     async def _rebuild(self, partitions: set[int]) -> None:
-        """Forget what memory holds of `partitions` and recover them from the table and the log."""
+        """Forget what memory holds of `partitions` and recover them from the table and the log (one that
+        fails to recover stays unrecovered: its inputs are left unhandled, `sync_assignment` retries)."""
         self._forget(partitions)
         for partition in sorted(partitions):
             try:
@@ -425,7 +450,7 @@ class EpisodeWorker:
                 self._give_back_all("a rebuild")
                 return
             except Exception:
-                log.exception("partition %d could not be rebuilt (retried with the batch)", partition)
+                self._recovery_failed(partition)
 
     async def _decide_all(self, inputs: Sequence[Input]) -> _Work:
         work = _Work()

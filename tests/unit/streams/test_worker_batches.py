@@ -7,7 +7,7 @@ import asyncio
 import base64
 import dataclasses
 import json
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterator
 
 import pytest
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -251,6 +251,50 @@ def test_a_failed_batch_is_rebuilt_from_the_log_and_retried() -> None:
     assert len(world.requests("sandbox.requests")) == 1
     assert world.dead() == []
     assert worker.stats.get("ignored.duplicate") == 1
+
+
+class UnreadableLog(Log):
+    """A log whose `episode.events` cannot be read `failures` times (a broker restarting: the reader's
+    offsets request times out), then can."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+
+    def read_events(self, partition: int, start: int) -> Iterator[tuple[int, bytes | None, bytes | None]]:
+        if self.failures > 0:
+            self.failures -= 1
+            raise TimeoutError("offsets request timed out")
+        return super().read_events(partition, start)
+
+
+def test_a_partition_whose_recovery_fails_stays_unrecovered_and_is_tried_again_after_a_backoff() -> None:
+    """A recovery that fails leaves the partition unrecovered (its inputs unhandled), the worker running,
+    and is tried again once its backoff (doubling) has passed; then the partition serves."""
+    world = World()
+    _play(world, world.worker())  # one episode logged: the recovery has something to read
+    log = UnreadableLog(failures=2)
+    log.topics = world.log.topics
+    worker = EpisodeWorker(
+        rows=world.rows, bus=log, tasks=world.worker().tasks, read_events=log.read_events,
+        origin=world.origin, clock=world.clock, retry_backoff_s=(1.0, 1.5),
+    )  # fmt: skip
+    asyncio.run(worker.sync_assignment({0}))
+    assert worker.ready == set() and worker.stats["recovery_failed"] == 1
+    start_other = _input(world, "episode.commands", _start(OTHER), OTHER)
+    assert asyncio.run(worker.handle_batch([start_other])) == [False]  # left for a later try
+    asyncio.run(worker.sync_assignment({0}))  # within the backoff (1 s): not tried
+    assert worker.stats["recovery_failed"] == 1 and log.failures == 1
+    world.clock.now += 1_000_000
+    asyncio.run(worker.sync_assignment({0}))  # tried, fails again: the next backoff is 1.5 s (the cap)
+    assert worker.stats["recovery_failed"] == 2 and worker.recovery_retry[0][1] == 1.5
+    world.clock.now += 1_000_000
+    asyncio.run(worker.sync_assignment({0}))
+    assert worker.ready == set()
+    world.clock.now += 600_000
+    asyncio.run(worker.sync_assignment({0}))
+    assert worker.ready == {0} and worker.recovery_retry == {}
+    assert asyncio.run(worker.handle_batch([start_other])) == [True]
 
 
 def test_inputs_of_a_partition_not_recovered_here_are_skipped_and_reported() -> None:
