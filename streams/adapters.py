@@ -8,6 +8,7 @@ the unit tests' fake table to the same contract.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Iterator, Sequence
 from typing import Any
 
@@ -38,12 +39,19 @@ class FaustBus:
         return asyncio.ensure_future(offset())
 
 
-class EventLogReader:
-    """Reads `episode.events`[p] from an offset to its end (kafka-python, in an executor thread)."""
+READ_STALL_S = 30.0  # `EventLogReader`: no record for this long while some are due is a failed read
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+
+class EventLogReader:
+    """Reads `episode.events`[p] from an offset to its end (kafka-python, in an executor thread). A read that
+    gets no record for `stall_s` while some are still due raises `TimeoutError` (the broker went away
+    mid-read): the worker retries the recovery later (`EpisodeWorker.sync_assignment`), where an endless
+    poll would hold the worker's lock, and so every partition, for good."""
+
+    def __init__(self, bootstrap: str, topic: str, stall_s: float = READ_STALL_S) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
+        self.stall_s = stall_s
 
     def __call__(self, partition: int, start: int) -> Iterator[tuple[int, bytes | None, bytes | None]]:
         from kafka import TopicPartition
@@ -60,8 +68,17 @@ class EventLogReader:
             if position >= end:
                 return
             consumer.seek(tp, position)
+            quiet_since = time.monotonic()
             while consumer.position(tp) < end:
-                for record in consumer.poll(timeout_ms=500).get(tp, []):
+                records = consumer.poll(timeout_ms=500).get(tp, [])
+                if records:
+                    quiet_since = time.monotonic()
+                elif time.monotonic() - quiet_since > self.stall_s:
+                    raise TimeoutError(
+                        f"{self.topic}[{partition}]: no record for {self.stall_s:g} s at offset "
+                        f"{consumer.position(tp)} of {end} ({self.bootstrap})"
+                    )
+                for record in records:
                     if record.offset < end:
                         yield record.offset, record.key, record.value
         finally:
