@@ -19,4 +19,23 @@ timed "mypy (strict)" .venv/bin/python -m mypy
 # The layer and no-cycle contracts of pyproject.toml ([tool.importlinter]).
 timed "import layers (import-linter)" .venv/bin/python -c \
   "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
-timed "pytest" .venv/bin/python -m pytest -m "unit or integration" --durations=25 "$@"
+# The suite in two processes (pytest-xdist): most tests wait on something (a broker, a container, a worker
+# process), so two of them share the 2 cores of CI well. Whole files go to each (`--dist loadfile`): a
+# file's tests share module fixtures and some run in order. Each process starts its own Kafka, Jaeger and
+# S3 server; the Docker engine is shared (each session removes only its own containers).
+# The chaos and fault tests then run alone: they kill and restart workers and brokers against deadlines,
+# and they are what this suite must not make flaky. Both runs go on when the other fails (CI shows all).
+# Given tests to run (any argument not an option), one pytest runs just them.
+for arg in "$@"; do
+  if [[ "$arg" != -* ]]; then
+    timed "pytest" .venv/bin/python -m pytest -m "unit or integration" --durations=25 "$@"
+    exit
+  fi
+done
+ALONE=(tests/integration/test_chaos.py tests/integration/test_faults.py)
+rc=0
+timed "pytest (two processes)" .venv/bin/python -m pytest -m "unit or integration" -n 2 --dist loadfile \
+  --durations=25 "${ALONE[@]/#/--ignore=}" "$@" || rc=$?
+timed "pytest (chaos and faults, alone)" .venv/bin/python -m pytest -m "unit or integration" --durations=5 \
+  "${ALONE[@]}" "$@" || rc=$?
+exit $rc
