@@ -241,6 +241,8 @@ class EpisodeWorker:
         unrecovered, its inputs unhandled, and is tried again by a later call after a backoff."""
         async with self.lock:
             self._forget(self.ready - assigned)
+            # A partition that moved away and comes back starts its backoff afresh.
+            self.recovery_retry = {p: retry for p, retry in self.recovery_retry.items() if p in assigned}
             for partition in sorted(assigned - self.ready):
                 if not self.may_write():
                     return

@@ -295,6 +295,12 @@ def test_a_partition_whose_recovery_fails_stays_unrecovered_and_is_tried_again_a
     asyncio.run(worker.sync_assignment({0}))
     assert worker.ready == {0} and worker.recovery_retry == {}
     assert asyncio.run(worker.handle_batch([start_other])) == [True]
+    log.failures = 1
+    asyncio.run(worker.sync_assignment(set()))  # moved away
+    asyncio.run(worker.sync_assignment({0}))  # and back: its recovery fails, the backoff starts afresh
+    assert worker.ready == set() and worker.recovery_retry[0][1] == 1.0
+    asyncio.run(worker.sync_assignment(set()))
+    assert worker.recovery_retry == {}
 
 
 def test_inputs_of_a_partition_not_recovered_here_are_skipped_and_reported() -> None:
