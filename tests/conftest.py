@@ -9,7 +9,7 @@ prepare it.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import docker
@@ -17,6 +17,7 @@ import docker.errors
 import pytest
 from hypothesis import settings
 
+from ops import process
 from ops.paths import Paths
 from ops.stack.seaweedfs import SeaweedServer
 from ops.testing import (
@@ -45,6 +46,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         # (-m "unit or integration") leaves it out by selection, not by a skip; `-m gpu` runs it there.
         if kind in ("unit", "integration") and item.get_closest_marker("gpu") is None:
             item.add_marker(getattr(pytest.mark, kind))
+
+
+@pytest.fixture
+def closed_port() -> Iterator[Callable[[], int]]:
+    """Gives loopback ports that refuse every connection until the test ends (`ops.process.closed_port`):
+    "nothing listens there" stays true while other tests, in this process or a concurrent one, start
+    servers on free ports."""
+    with contextlib.ExitStack() as held:
+
+        def one() -> int:
+            return held.enter_context(process.closed_port())
+
+        yield one
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import docker
@@ -17,7 +17,6 @@ import obstore
 import pytest
 from obstore.store import S3Store
 
-from ops import process
 from ops.paths import REPO_ROOT
 from ops.stack.seaweedfs import SeaweedServer
 from ops.stores import open_objects
@@ -147,7 +146,7 @@ def test_a_workspace_snapshot_restores_on_another_host_through_the_bucket(
 
 
 def test_a_store_that_cannot_be_used_stops_a_worker_at_once_with_the_fix(
-    s3_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+    s3_env: dict[str, str], monkeypatch: pytest.MonkeyPatch, closed_port: Callable[[], int]
 ) -> None:
     cases = [
         (
@@ -164,7 +163,7 @@ def test_a_store_that_cannot_be_used_stops_a_worker_at_once_with_the_fix(
         ),
         (
             StoreLocation(bucket=BUCKET),
-            {"TRIALOG_S3_ENDPOINT_URL": f"http://127.0.0.1:{process.free_port()}"},  # nothing listens there
+            {"TRIALOG_S3_ENDPOINT_URL": f"http://127.0.0.1:{closed_port()}"},  # nothing listens there
             "failed",
             "check that the S3 server answers",
         ),
@@ -182,7 +181,9 @@ def test_a_store_that_cannot_be_used_stops_a_worker_at_once_with_the_fix(
     assert isinstance(open_objects(StoreLocation(bucket=BUCKET)), S3ObjectStore)
 
 
-def test_the_environment_sends_a_command_to_the_bucket(s3_env: dict[str, str], tmp_path: Path) -> None:
+def test_the_environment_sends_a_command_to_the_bucket(
+    s3_env: dict[str, str], tmp_path: Path, closed_port: Callable[[], int]
+) -> None:
     """`TRIALOG_OBJECT_STORE` reaches the CLI: `bundle` opens (and asks) the store before Kafka, so a
     missing bucket is what it reports, and with the bucket there it gets as far as Kafka; so does `objects
     gc`, which cleans a bucket as it does a folder."""
@@ -194,7 +195,7 @@ def test_the_environment_sends_a_command_to_the_bucket(s3_env: dict[str, str], t
             argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120, check=False
         )
 
-    nowhere = ["--bootstrap", f"127.0.0.1:{process.free_port()}", "--timeout", "2"]  # no broker there
+    nowhere = ["--bootstrap", f"127.0.0.1:{closed_port()}", "--timeout", "2"]  # no broker there
     done = trialog("bundle", "r1", str(tmp_path / "bundle"), *nowhere)
     assert done.returncode == 2 and "bucket 'no-such-bucket' does not exist" in done.stdout, done.stdout
     env[OBJECT_STORE_ENV] = f"s3://{BUCKET}/bundle"

@@ -1,12 +1,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from ops.cli.main import build_parser, main
-from ops.process import free_port
 
 
 def test_help_lists_the_stack_commands(capsys: pytest.CaptureFixture[str]) -> None:
@@ -19,11 +19,14 @@ def test_help_lists_the_stack_commands(capsys: pytest.CaptureFixture[str]) -> No
 
 
 def test_status_json_reports_stopped_components_with_reasons(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    closed_port: Callable[[], int],
 ) -> None:
     monkeypatch.setenv("TRIALOG_HOME", str(tmp_path))
-    monkeypatch.setenv("TRIALOG_KAFKA_PORT", str(free_port()))
-    monkeypatch.setenv("TRIALOG_JAEGER_QUERY_PORT", str(free_port()))
+    monkeypatch.setenv("TRIALOG_KAFKA_PORT", str(closed_port()))
+    monkeypatch.setenv("TRIALOG_JAEGER_QUERY_PORT", str(closed_port()))
     assert main(["status", "--json"]) == 1
     report = json.loads(capsys.readouterr().out)
     assert report["healthy"] is False

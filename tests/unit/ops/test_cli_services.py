@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,6 @@ import pytest
 from ops.cli import kit
 from ops.cli.main import build_parser
 from ops.paths import REPO_ROOT
-from ops.process import free_port
 
 # The fail-fast promise of issue 13: a command that needs a missing service answers within this, beyond
 # what starting the CLI costs on this machine at this moment (`_startup_s`, measured beside it: a loaded
@@ -218,10 +218,10 @@ NEEDS_KAFKA = [
 
 @pytest.mark.parametrize(("argv", "has_json"), NEEDS_KAFKA, ids=[" ".join(a[:2]) for a, _ in NEEDS_KAFKA])
 def test_a_command_without_kafka_answers_at_once_with_the_fix(
-    argv: list[str], has_json: bool, bare_env: dict[str, str], tmp_path: Path
+    argv: list[str], has_json: bool, bare_env: dict[str, str], tmp_path: Path, closed_port: Callable[[], int]
 ) -> None:
     argv = [str(tmp_path / "out") if arg == "OUT" else arg for arg in argv]
-    closed = f"127.0.0.1:{free_port()}"  # free: nothing listens there
+    closed = f"127.0.0.1:{closed_port()}"  # nothing listens there
     done, took = _trialog([*argv, "--bootstrap", closed, *(["--json"] if has_json else [])], bare_env)
     assert done.returncode == 2, done.stderr
     startup = _startup_s(bare_env)
@@ -247,14 +247,14 @@ def test_a_command_without_kafka_answers_at_once_with_the_fix(
     ],
 )
 def test_a_sandbox_or_verifier_worker_without_docker_exits_at_once(
-    argv: list[str], bare_env: dict[str, str]
+    argv: list[str], bare_env: dict[str, str], closed_port: Callable[[], int]
 ) -> None:
     from ops.stack.docker_engine import SYSTEM_SOCKET, ping
 
     if ping(SYSTEM_SOCKET, timeout_s=1) is None:
         pytest.skip(f"a Docker engine answers on {SYSTEM_SOCKET}: this machine has no engine-less case")
     # Kafka is not needed to fail: the worker would wait for it, but Docker is checked first.
-    done, took = _trialog([*argv, "--bootstrap", f"127.0.0.1:{free_port()}"], bare_env)
+    done, took = _trialog([*argv, "--bootstrap", f"127.0.0.1:{closed_port()}"], bare_env)
     assert done.returncode == 2, done.stderr
     startup = _startup_s(bare_env)
     assert took - startup < FAIL_FAST_S, f"{took:.1f} s ({startup:.1f} s to start the CLI)"
@@ -263,13 +263,13 @@ def test_a_sandbox_or_verifier_worker_without_docker_exits_at_once(
 
 
 def test_a_run_whose_training_tasks_overlap_its_evaluation_set_refuses_to_start(
-    bare_env: dict[str, str], tmp_path: Path
+    bare_env: dict[str, str], tmp_path: Path, closed_port: Callable[[], int]
 ) -> None:
     renamed = tmp_path / "eval" / "copy-of-add"
     shutil.copytree(REPO_ROOT / "examples" / "tasks" / "easy-fix-add", renamed)
     toml = renamed / "task.toml"
     toml.write_text(toml.read_text().replace('id = "easy-fix-add"', 'id = "copy-of-add"'))
-    closed = f"127.0.0.1:{free_port()}"  # refused before Kafka is asked anything
+    closed = f"127.0.0.1:{closed_port()}"  # refused before Kafka is asked anything
     argv = ["run", "start", "--tasks", "examples/tasks", "--episodes", "2", "--policy", "scripted"]
     done, _ = _trialog([*argv, "--eval", str(tmp_path / "eval"), "--bootstrap", closed], bare_env)
     assert done.returncode == 2, done.stderr

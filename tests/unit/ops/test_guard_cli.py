@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
 
@@ -17,7 +18,6 @@ from ops.audit import CONTROL, Auditor, LogRecord
 from ops.cli import kit
 from ops.cli.main import build_parser
 from ops.cli.quarantine import check
-from ops.process import free_port
 from schemas.codec import default_codec
 from schemas.run_control import ANY
 from streams.errors import StackError
@@ -150,8 +150,9 @@ NEEDS_KAFKA = [
 def test_a_guard_command_without_kafka_answers_at_once_with_the_fix(
     argv: list[str],
     bare_env: dict[str, str],  # noqa: F811
+    closed_port: Callable[[], int],
 ) -> None:
-    closed = f"127.0.0.1:{free_port()}"
+    closed = f"127.0.0.1:{closed_port()}"
     done, took = _trialog([*argv, "--bootstrap", closed, "--json"], bare_env)
     assert done.returncode == 2, done.stderr
     startup = _startup_s(bare_env)
@@ -161,8 +162,11 @@ def test_a_guard_command_without_kafka_answers_at_once_with_the_fix(
     assert error["error"] == f"no Kafka broker answers at {closed}" and error["hint"] == kit.KAFKA_HINT
 
 
-def test_a_bad_combination_fails_before_looking_for_kafka(bare_env: dict[str, str]) -> None:  # noqa: F811
-    done, _ = _trialog(["quarantine", "r1", "--all", "--bootstrap", f"127.0.0.1:{free_port()}"], bare_env)
+def test_a_bad_combination_fails_before_looking_for_kafka(
+    bare_env: dict[str, str],  # noqa: F811
+    closed_port: Callable[[], int],
+) -> None:
+    done, _ = _trialog(["quarantine", "r1", "--all", "--bootstrap", f"127.0.0.1:{closed_port()}"], bare_env)
     assert done.returncode == 2 and "--all needs a time window" in done.stderr
     assert "Kafka" not in done.stderr
 

@@ -67,3 +67,10 @@ def test_without_room_below_the_ephemeral_range_the_kernel_chooses(monkeypatch: 
     monkeypatch.setattr(process, "_ephemeral_range", lambda: (1024, 65535))
     (port,) = process.free_ports(1)
     assert port > 0 and not process.port_open(port)
+
+
+def test_a_closed_port_refuses_connections_and_cannot_be_listened_on_while_held() -> None:
+    with process.closed_port() as port:
+        assert not process.port_open(port)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server, pytest.raises(OSError):
+            server.bind(("127.0.0.1", port))  # another program's server cannot take it meanwhile

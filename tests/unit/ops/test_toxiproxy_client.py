@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
-from ops import process
 from ops.stack.toxiproxy import ApiRequest, ToxiproxyClient, ToxiproxyError
 
 
@@ -110,8 +109,8 @@ def test_the_servers_error_is_in_the_message(scripted: Scripted) -> None:
         scripted.client().cut("gone")
 
 
-def test_no_server_is_an_error_that_says_where_it_was_looked_for() -> None:
-    url = f"http://127.0.0.1:{process.free_port()}"
+def test_no_server_is_an_error_that_says_where_it_was_looked_for(closed_port: Callable[[], int]) -> None:
+    url = f"http://127.0.0.1:{closed_port()}"
     with pytest.raises(ToxiproxyError, match=f"no answer from {url}") as raised:
         ToxiproxyClient(url, timeout_s=2).reset()
     assert "ToxiproxyProcess" in raised.value.hint

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,9 +123,9 @@ def test_a_full_poll_or_a_stopping_worker_does_not_linger() -> None:
     assert stopped.asked == []
 
 
-def test_connected_waits_for_kafka_saying_so_until_stopped(monkeypatch: Any) -> None:
-    from ops.process import free_port
-
+def test_connected_waits_for_kafka_saying_so_until_stopped(
+    monkeypatch: Any, closed_port: Callable[[], int]
+) -> None:
     monkeypatch.setattr(kafka_serving, "CONNECT_TRY_MS", 200)
     monkeypatch.setattr(kafka_serving, "CONNECT_FIRST_WAIT_S", 0.1)
     stopping, said = threading.Event(), []
@@ -134,7 +135,7 @@ def test_connected_waits_for_kafka_saying_so_until_stopped(monkeypatch: Any) -> 
         if len(said) == 3:
             stopping.set()
 
-    nobody = f"127.0.0.1:{free_port()}"
+    nobody = f"127.0.0.1:{closed_port()}"
     assert kafka_serving.connected(nobody, stopping, say) is False
     assert len(said) == 3 and all(line.startswith(f"waiting for Kafka at {nobody}") for line in said)
     assert [line.rsplit("again in ", 1)[1] for line in said] == ["0.1 s", "0.2 s", "0.4 s"]  # backoff
