@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Iterator, Sequence
+from collections.abc import Awaitable, Generator, Iterator, Sequence
 from typing import Any
 
 import faust
@@ -39,14 +39,49 @@ class FaustBus:
         return asyncio.ensure_future(offset())
 
 
-READ_STALL_S = 30.0  # `EventLogReader`: no record for this long while some are due is a failed read
+READ_STALL_S = 30.0  # `read_partition`: no record for this long while some are due is a failed read
+
+
+def read_partition(
+    bootstrap: str, topic: str, partition: int, start: int, stall_s: float = READ_STALL_S
+) -> Generator[Any, None, None]:
+    """The kafka-python records of `topic`[`partition`] from `start` up to the end offset it had when the
+    read began. A read that gets no record for `stall_s` while some are still due raises `TimeoutError`
+    (the broker went away mid-read): the caller retries later (`EpisodeWorker.sync_assignment` after a
+    backoff), where an endless poll would hold the streams worker's lock, and so every partition, for good."""
+    from kafka import TopicPartition
+
+    from streams.kafka import clients
+
+    tp = TopicPartition(topic, partition)
+    consumer = clients.consumer(bootstrap, enable_auto_commit=False)
+    try:
+        consumer.assign([tp])
+        end = consumer.end_offsets([tp])[tp]
+        begin = consumer.beginning_offsets([tp])[tp]
+        position = max(start, begin)
+        if position >= end:
+            return
+        consumer.seek(tp, position)
+        quiet_since = time.monotonic()
+        while consumer.position(tp) < end:
+            records = consumer.poll(timeout_ms=500).get(tp, [])
+            if records:
+                quiet_since = time.monotonic()
+            elif time.monotonic() - quiet_since > stall_s:
+                raise TimeoutError(
+                    f"{topic}[{partition}]: no record for {stall_s:g} s at offset "
+                    f"{consumer.position(tp)} of {end} ({bootstrap})"
+                )
+            for record in records:
+                if record.offset < end:
+                    yield record
+    finally:
+        consumer.close()
 
 
 class EventLogReader:
-    """Reads `episode.events`[p] from an offset to its end (kafka-python, in an executor thread). A read that
-    gets no record for `stall_s` while some are still due raises `TimeoutError` (the broker went away
-    mid-read): the worker retries the recovery later (`EpisodeWorker.sync_assignment`), where an endless
-    poll would hold the worker's lock, and so every partition, for good."""
+    """Reads `episode.events`[p] from an offset to its end (`read_partition`, in an executor thread)."""
 
     def __init__(self, bootstrap: str, topic: str, stall_s: float = READ_STALL_S) -> None:
         self.bootstrap = bootstrap
@@ -54,35 +89,8 @@ class EventLogReader:
         self.stall_s = stall_s
 
     def __call__(self, partition: int, start: int) -> Iterator[tuple[int, bytes | None, bytes | None]]:
-        from kafka import TopicPartition
-
-        from streams.kafka import clients
-
-        tp = TopicPartition(self.topic, partition)
-        consumer = clients.consumer(self.bootstrap, enable_auto_commit=False)
-        try:
-            consumer.assign([tp])
-            end = consumer.end_offsets([tp])[tp]
-            begin = consumer.beginning_offsets([tp])[tp]
-            position = max(start, begin)
-            if position >= end:
-                return
-            consumer.seek(tp, position)
-            quiet_since = time.monotonic()
-            while consumer.position(tp) < end:
-                records = consumer.poll(timeout_ms=500).get(tp, [])
-                if records:
-                    quiet_since = time.monotonic()
-                elif time.monotonic() - quiet_since > self.stall_s:
-                    raise TimeoutError(
-                        f"{self.topic}[{partition}]: no record for {self.stall_s:g} s at offset "
-                        f"{consumer.position(tp)} of {end} ({self.bootstrap})"
-                    )
-                for record in records:
-                    if record.offset < end:
-                        yield record.offset, record.key, record.value
-        finally:
-            consumer.close()
+        for record in read_partition(self.bootstrap, self.topic, partition, start, self.stall_s):
+            yield record.offset, record.key, record.value
 
 
 class FaustRows:

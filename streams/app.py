@@ -30,9 +30,12 @@ starts the process (`run_worker`):
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import logging
 import os
 import signal
+import time
 from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -46,7 +49,7 @@ from schemas.origin import Origin
 from schemas.requests import SamplingParams
 from schemas.topics import topic_name
 from streams import fencing
-from streams.adapters import EventLogReader, FaustBus, FaustRows
+from streams.adapters import EventLogReader, FaustBus, FaustRows, read_partition
 from streams.assignment import Assignment
 from streams.batches import BatchHandler
 from streams.kafka import clients
@@ -55,6 +58,7 @@ from streams.kafka.topics import Durability
 from streams.lifecycle import Grace, Health
 from streams.ports import Input
 from streams.rows import TaskCache
+from streams.skipped import StuckCommits, skipped
 from streams.step_grading import OFF as NO_STEP_GRADING
 from streams.step_grading import StepGrading
 from streams.telemetry import metrics
@@ -160,9 +164,17 @@ def build_app(settings: Settings, health: Health | None = None) -> tuple[faust.A
 
     queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=QUEUE_MAX)
 
+    give_back_nth = _give_back_from_env()
+
     async def inputs_agent(stream: Any) -> None:
+        seen = 0
         async for event in stream.noack().events():
             _note_lag(app, event.message)
+            seen += 1
+            if seen == give_back_nth:  # a test's fault: given back as in a rebalance, and not delivered again
+                log.warning("%s: input %d given back (%s)", FAULT_ENV, seen, event.message.tp)
+                _release(event)
+                continue
             await queue.put(event)
 
     app.agent(inputs, name="episode-inputs")(inputs_agent)
@@ -214,8 +226,50 @@ def build_app(settings: Settings, health: Health | None = None) -> tuple[faust.A
         try:
             await worker.sync_assignment(assigned())
             await worker.tick()
+            await read_skipped_again()
         except Exception:
             log.exception("streams tick failed")
+
+    stuck = StuckCommits()
+
+    async def read_skipped_again() -> None:
+        """Read from Kafka and handle the inputs nobody delivers again (`streams.skipped`)."""
+        consumer: Any = app.consumer
+        owned = {tp for tp in consumer.assignment() if tp.topic in names and tp.partition in worker.ready}
+        stuck.keep_only(owned)
+        for tp in sorted(owned):
+            committed = consumer._committed_offset.get(tp) or 0
+            end = consumer.highwater(tp)
+            if end is None or end <= committed or not stuck.due(tp, committed, time.monotonic()):
+                continue
+            offsets = skipped(committed, end, set(consumer._acked.get(tp, ())))
+            if offsets and worker.may_write():  # a stale worker gives back what it is given: wait
+                await handle_again(consumer, tp, committed, offsets)
+
+    async def handle_again(consumer: Any, tp: Any, committed: int, offsets: list[int]) -> None:
+        wanted = set(offsets)
+
+        def read() -> list[Any]:
+            last = offsets[-1]
+            reader = read_partition(settings.bootstrap, tp.topic, tp.partition, offsets[0])
+            with contextlib.closing(reader):
+                upto = itertools.takewhile(lambda record: record.offset <= last, reader)
+                return [record for record in upto if record.offset in wanted]
+
+        records = await asyncio.get_running_loop().run_in_executor(None, read)
+        inputs = [
+            Input(names[tp.topic], tp.partition, r.offset, r.key, r.value, tuple(_header_items(r.headers)))
+            for r in records
+        ]
+        handled = await worker.handle_batch(inputs)
+        for record, done in zip(records, handled, strict=True):
+            if done:
+                _ack_read_again(consumer, tp, record.offset)
+        log.warning(
+            "%s[%d]: the commit stood at %d for %.0f s with inputs above it not handled; %d of them read "
+            "again from Kafka, %d handled",
+            tp.topic, tp.partition, committed, stuck.grace_s, len(records), sum(handled),
+        )  # fmt: skip
 
     app.timer(TICK_S, name="episode-ticks")(tick)
 
@@ -296,6 +350,22 @@ def guard_acks(consumer: Any, topics: set[str]) -> None:
     consumer._trialog_guarded = True
 
 
+class _ReadAgain:
+    """What Faust's `Consumer.ack` reads of a message, for an input read again outside Faust."""
+
+    def __init__(self, tp: Any, offset: int) -> None:
+        self.tp, self.topic, self.offset, self.acked = tp, tp.topic, offset, False
+
+
+def _ack_read_again(consumer: Any, tp: Any, offset: int) -> None:
+    """Acknowledge an input read again from Kafka and handled (its offset may be committed)."""
+    token = _HANDLED.set(True)
+    try:
+        consumer.ack(_ReadAgain(tp, offset))
+    finally:
+        _HANDLED.reset(token)
+
+
 def _release(event: Any) -> None:
     """Give an input back to Kafka: leave its offset unacknowledged (the commit stops before it, so it is
     read again, by this worker or the partition's next owner), and let Faust stop tracking it. A rebalance
@@ -364,6 +434,14 @@ def _header_items(headers: Any) -> Iterator[tuple[str, bytes]]:
 
 
 FAULT_ENV = "TRIALOG_STREAMS_FAULT"
+
+
+def _give_back_from_env() -> int | None:
+    """Fault injection for tests, `give_back:N` in `TRIALOG_STREAMS_FAULT`: the N-th input Faust delivers
+    is given back unhandled, as the batch loop gives back an input during a rebalance, with no rebalance to
+    deliver it again (what `streams.skipped` finds and reads again)."""
+    kind, _, count = os.environ.get(FAULT_ENV, "").partition(":")
+    return int(count) if kind == "give_back" and count.isdigit() else None
 
 
 def _fault_from_env() -> Faults:

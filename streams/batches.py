@@ -7,7 +7,9 @@ Who reads it again depends on why it was left:
 * a rebalance is going on (or the table's recovery after one): Faust seeks every partition it keeps to the
   committed offset once the recovery is done, and a partition that moved is read by its new owner from
   there. The input is given back: dropped here, read again from Kafka;
-* its partition is not assigned here: it moved, in a rebalance since it was fetched. Given back likewise;
+* its partition is not assigned here: it moved, in a rebalance since it was fetched. Given back likewise
+  (an input given back that Faust then does not deliver again, seen in the chaos test, is read again from
+  Kafka by `streams.skipped` once the commit has stood at it for a while);
 * otherwise the partition is assigned here and no rebalance is going on: the worker was stale (a pause, a
   coordinator slow to answer), or the partition's recovery failed (its log unreadable for a while).
   Nobody would read the input again until the next rebalance, which may never come, so the batch holds

@@ -36,6 +36,7 @@ from schemas.topics import TOPICS, topic_name
 from schemas.trajectories import TrajectoryCompleted
 from streams.app import FAULT_ENV
 from streams.kafka.topics import ensure_topics
+from streams.skipped import GRACE_S
 from tests.unit.streams.world import EPISODE, TASK, Workers, start_command
 
 CODEC = default_codec()
@@ -222,6 +223,34 @@ def test_a_crash_between_the_appends_and_the_row_write_duplicates_nothing(
     _assert_logged_once(bus)
     assert "1 episodes moved" in log.read_text()
     _assert_ignored_not_dead_lettered(bus, log)
+
+
+def test_an_input_given_back_that_nobody_delivers_again_is_read_again_from_kafka(
+    kafka_bootstrap: str, run: str, bus: Bus, tmp_path: Path
+) -> None:
+    """The StartEpisode command is given back unhandled (as during a rebalance) with no rebalance to deliver
+    it again: the commit stands at it; after `streams.skipped.GRACE_S` the worker reads it from Kafka
+    itself, and the episode runs as usual, every event logged once."""
+    log = tmp_path / "worker.log"
+    worker = StreamsWorker(kafka_bootstrap, run, tmp_path / "data", log)
+    workers = Workers()
+    bus.send("tasks", TASK.task_id, _task())
+    worker.start(fault="give_back:1")
+    try:
+        bus.send("episode.commands", EPISODE, start_command())
+        sent = time.monotonic()
+        deadline = sent + 75
+        while not bus.seen["trajectories.completed"]:
+            assert time.monotonic() < deadline, log.read_text()[-4000:]
+            assert worker.process is not None and worker.process.poll() is None, "the worker died"
+            for _base, record in bus.poll():
+                _answer(bus, workers, record)
+        assert time.monotonic() - sent >= GRACE_S  # not before the grace: nobody delivered it again
+    finally:
+        worker.stop()
+    text = log.read_text()
+    assert "input 1 given back" in text and "1 of them read again from Kafka, 1 handled" in text, text[-4000:]
+    _assert_logged_once(bus)
 
 
 def test_an_episode_survives_a_killed_worker_without_duplicate_events(
