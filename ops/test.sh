@@ -23,8 +23,10 @@ timed "import layers (import-linter)" .venv/bin/python -c \
 # process), so two of them share the 2 cores of CI well. Whole files go to each (`--dist loadfile`): a
 # file's tests share module fixtures and some run in order. Each process starts its own Kafka, Jaeger and
 # S3 server; the Docker engine is shared (each session removes only its own containers).
-# The chaos and fault tests then run alone: they kill and restart workers and brokers against deadlines,
-# and they are what this suite must not make flaky. Both runs go on when the other fails (CI shows all).
+# Then, alone: the chaos and fault tests, which kill and restart workers and brokers against deadlines,
+# and the containment tests, whose fork, memory and disk bombs contend for the machine by design (a fork
+# bomb's sandbox once gave an error instead of its result while the other process ran a heavy test).
+# Both runs go on when the other fails (CI shows all).
 # Given tests to run (any argument not an option), one pytest runs just them.
 for arg in "$@"; do
   if [[ "$arg" != -* ]]; then
@@ -32,10 +34,11 @@ for arg in "$@"; do
     exit
   fi
 done
-ALONE=(tests/integration/test_chaos.py tests/integration/test_faults.py)
+ALONE=(tests/integration/test_chaos.py tests/integration/test_faults.py
+  tests/integration/sandbox/test_containment.py)
 rc=0
 timed "pytest (two processes)" .venv/bin/python -m pytest -m "unit or integration" -n 2 --dist loadfile \
   --durations=25 "${ALONE[@]/#/--ignore=}" "$@" || rc=$?
-timed "pytest (chaos and faults, alone)" .venv/bin/python -m pytest -m "unit or integration" --durations=5 \
-  "${ALONE[@]}" "$@" || rc=$?
+timed "pytest (chaos, faults and containment, alone)" .venv/bin/python -m pytest -m "unit or integration" \
+  --durations=5 "${ALONE[@]}" "$@" || rc=$?
 exit $rc

@@ -35,5 +35,6 @@ def sandbox_json(options: Sequence[str], command: Sequence[str], capsys: pytest.
     lines = out.splitlines()
     assert len(lines) == 1, f"expected one JSON line, got: {out[:2000]!r}"
     result = json.loads(lines[0])
+    assert "exit_code" in result, f"not a result: {result}"
     assert code == min(result["exit_code"], 255)
     return result
