@@ -14,7 +14,8 @@ starts the process (`run_worker`):
   the RocksDB database of that partition), the partition of the episode's inputs: Faust's own
   `table[key] = row` takes the partition from the current stream event and refuses to write outside one,
   i.e. from a timer, and writes the local store before the changelog;
-* a timer ticks the episodes every `TICK_S` and first recovers partitions newly assigned (`streams.worker`);
+* a timer ticks the episodes every `TICK_S` and first recovers partitions newly assigned (`streams.worker`),
+  then reads from Kafka the inputs given back that Faust never delivered again (`streams.skipped`);
 * the tasks come from the compacted `tasks` topic (`streams.rows.TaskCache`);
 * short consumer-group timeouts (`SESSION_TIMEOUT_S` and friends) so that a killed worker's partitions move
   to a survivor within seconds;
