@@ -159,14 +159,15 @@ class SeaweedServer:
 
 
 class SeaweedExited(StackError):
-    """The server process ended before it was ready (the log says why)."""
+    """The server did not start, or its process ended before it was ready (the log says why).
 
-    @property
-    def lost_a_port(self) -> bool:
-        """Whether it ended because one of its ports was taken: free ports are only free when chosen, and
-        another program (any outgoing connection's ephemeral port) may take one before the server binds it
-        (seen in CI: the volume server's `startClusterHttpService` failed, the whole `weed server` exited)."""
-        return "address already in use" in self.message
+    `lost_a_port`: because one of its ports was taken. Free ports are only free when chosen, and another
+    program (any outgoing connection's ephemeral port) may take one before the server binds it (seen in CI:
+    the volume server's `startClusterHttpService` failed, the whole `weed server` exited)."""
+
+    def __init__(self, message: str, hint: str, *, lost_a_port: bool) -> None:
+        super().__init__(message, hint)
+        self.lost_a_port = lost_a_port
 
 
 def start_on_free_ports(
@@ -190,7 +191,9 @@ def start(paths: Paths, home: Path, ports: SeaweedPorts, bucket: str) -> Seaweed
     as soon as the server process ends)."""
     for port in ports.all():
         if process.port_open(port):
-            raise SeaweedExited(f"127.0.0.1:{port}: address already in use (another program)", "retry")
+            raise SeaweedExited(
+                f"port 127.0.0.1:{port} is already taken by another program", "retry", lost_a_port=True
+            )
     (home / "data").mkdir(parents=True, exist_ok=True)
     identity = S3Identity()
     config = home / "s3.json"
@@ -215,9 +218,11 @@ def _wait(ready: Callable[[], bool], deadline: float, server: SeaweedServer, wha
     """Until `ready`; fails at once when the server process has ended (it does not come back by itself)."""
     while not ready():
         if process.running_pid(server.pid_file) is None:
+            fatal = _fatal_lines(server.log_file)
             raise SeaweedExited(
-                f"SeaweedFS exited before it got ready ({what}); its log:\n{_fatal_lines(server.log_file)}",
+                f"SeaweedFS exited before it got ready ({what}); its log:\n{fatal}",
                 f"see {server.log_file}",
+                lost_a_port="address already in use" in fatal,
             )
         if time.monotonic() >= deadline:
             raise StackError(

@@ -5,10 +5,9 @@ waited 90 s on a dead process, then failed twelve tests)."""
 from __future__ import annotations
 
 import dataclasses
-import socket
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,25 +18,17 @@ from ops.stack import seaweedfs
 from ops.stack.seaweedfs import SeaweedExited, SeaweedPorts
 
 
-@pytest.fixture
-def squatter() -> Iterator[socket.socket]:
-    """A socket bound to a loopback port and not listening: nothing answers there (the start's own check
-    that a port is free passes), and a server that binds it fails as if a connection took it meanwhile."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    yield sock
-    sock.close()
-
-
 def _ports_with_volume(port: int) -> SeaweedPorts:
     free = SeaweedPorts(*process.free_ports(8))
     return dataclasses.replace(free, volume=port)
 
 
 def test_a_server_that_loses_a_port_fails_at_once_with_the_reason(
-    stack_paths: Paths, squatter: socket.socket, tmp_path: Path
+    stack_paths: Paths, closed_port: Callable[[], int], tmp_path: Path
 ) -> None:
-    taken = squatter.getsockname()[1]
+    # Bound and not listening: the start's own check that the port is free passes, and the server's bind
+    # fails as if a connection had taken the port meanwhile.
+    taken = closed_port()
     began = time.monotonic()
     with pytest.raises(SeaweedExited) as caught:
         seaweedfs.start(stack_paths, tmp_path / "weed", _ports_with_volume(taken), "trialog-test")
@@ -47,9 +38,9 @@ def test_a_server_that_loses_a_port_fails_at_once_with_the_reason(
 
 
 def test_the_test_server_starts_again_on_other_ports_when_one_is_taken(
-    stack_paths: Paths, squatter: socket.socket, monkeypatch: pytest.MonkeyPatch
+    stack_paths: Paths, closed_port: Callable[[], int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    taken = squatter.getsockname()[1]
+    taken = closed_port()
     chosen: list[SeaweedPorts] = []
     free = SeaweedPorts.free
 

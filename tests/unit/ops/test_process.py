@@ -55,9 +55,8 @@ def test_free_ports_are_different_and_below_the_ephemeral_range() -> None:
 
 def test_a_bound_port_is_never_chosen(monkeypatch: pytest.MonkeyPatch) -> None:
     # Bound, not listening: a connection to it is refused, so only a bind tells that it is taken.
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as bound:
-        bound.bind(("127.0.0.1", 0))
-        taken, (other,) = bound.getsockname()[1], process.free_ports(1)
+    with process.closed_port() as taken:
+        (other,) = process.free_ports(1)
         picks = iter([taken, taken, other])
         monkeypatch.setattr(process.random, "randrange", lambda _low, _high: next(picks))
         assert process.free_ports(1) == [other]
