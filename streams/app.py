@@ -14,8 +14,8 @@ starts the process (`run_worker`):
   the RocksDB database of that partition), the partition of the episode's inputs: Faust's own
   `table[key] = row` takes the partition from the current stream event and refuses to write outside one,
   i.e. from a timer, and writes the local store before the changelog;
-* a timer ticks the episodes every `TICK_S` and first recovers partitions newly assigned (`streams.worker`),
-  then reads from Kafka the inputs given back that Faust never delivered again (`streams.skipped`);
+* a timer ticks the episodes every `TICK_S` and first recovers partitions newly assigned (`streams.worker`);
+  a second timer reads from Kafka the inputs given back that Faust never delivered again (`streams.skipped`);
 * the tasks come from the compacted `tasks` topic (`streams.rows.TaskCache`);
 * short consumer-group timeouts (`SESSION_TIMEOUT_S` and friends) so that a killed worker's partitions move
   to a survivor within seconds;
@@ -68,6 +68,9 @@ from streams.worker import COMMANDS, EVENTS, INPUTS, NO_FAULTS, EpisodeWorker, F
 log = logging.getLogger(__name__)
 
 TICK_S = 0.5
+# A read of skipped inputs (`streams.skipped`) that gets no record this long gives up until the commit has
+# stood another `skipped.GRACE_S`: the broker went away mid-read, and the partition may move meanwhile.
+REREAD_STALL_S = 10.0
 BATCH_MAX = 500  # inputs decided, sent and acknowledged together
 QUEUE_MAX = 2 * BATCH_MAX  # events taken from Faust but not yet in a batch (then the agent waits)
 # A killed worker is noticed when its session expires (Faust's default: 60 s); heartbeats every third of it.
@@ -227,14 +230,23 @@ def build_app(settings: Settings, health: Health | None = None) -> tuple[faust.A
         try:
             await worker.sync_assignment(assigned())
             await worker.tick()
-            await read_skipped_again()
         except Exception:
             log.exception("streams tick failed")
 
     stuck = StuckCommits()
 
     async def read_skipped_again() -> None:
-        """Read from Kafka and handle the inputs nobody delivers again (`streams.skipped`)."""
+        """Read from Kafka and handle the inputs nobody delivers again (`streams.skipped`). A timer of its
+        own, not a step of `tick`: a read that meets a broker gone away waits up to `REREAD_STALL_S`, and
+        the episodes' ticks and the liveness beat go on meanwhile."""
+        if not settled():
+            return
+        try:
+            await read_skipped_partitions()
+        except Exception:
+            log.exception("reading skipped inputs again failed (tried again after %.0f s)", stuck.grace_s)
+
+    async def read_skipped_partitions() -> None:
         consumer: Any = app.consumer
         owned = {tp for tp in consumer.assignment() if tp.topic in names and tp.partition in worker.ready}
         stuck.keep_only(owned)
@@ -252,7 +264,7 @@ def build_app(settings: Settings, health: Health | None = None) -> tuple[faust.A
 
         def read() -> list[Any]:
             last = offsets[-1]
-            reader = read_partition(settings.bootstrap, tp.topic, tp.partition, offsets[0])
+            reader = read_partition(settings.bootstrap, tp.topic, tp.partition, offsets[0], REREAD_STALL_S)
             with contextlib.closing(reader):
                 upto = itertools.takewhile(lambda record: record.offset <= last, reader)
                 return [record for record in upto if record.offset in wanted]
@@ -273,6 +285,7 @@ def build_app(settings: Settings, health: Health | None = None) -> tuple[faust.A
         )  # fmt: skip
 
     app.timer(TICK_S, name="episode-ticks")(tick)
+    app.timer(TICK_S, name="read-skipped-again")(read_skipped_again)
 
     async def load_tasks() -> None:
         loop = asyncio.get_running_loop()
