@@ -34,6 +34,14 @@ class GenerationBackend(Protocol):
     ) -> list[Generation]: ...
 
 
+def row_seeds(prompts: Sequence[Sequence[int]], seed: int, seeds: Sequence[int] | None) -> list[int]:
+    """Each row's sampling seed: `seeds[i]`, or `seed` for every row when `seeds` is None."""
+    rows = [seed] * len(prompts) if seeds is None else list(seeds)
+    if len(rows) != len(prompts):
+        raise ValueError(f"{len(prompts)} prompts but {len(rows)} seeds")
+    return rows
+
+
 # Below this many common prompt tokens a separate prefix pass costs more than it saves.
 MIN_SHARED_PREFIX = 16
 

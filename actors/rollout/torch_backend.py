@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from actors.rollout.generation import Generation, shared_prompt_prefix
+from actors.rollout.generation import Generation, row_seeds, shared_prompt_prefix
 
 __all__ = ["Generation", "TorchBackend"]
 
@@ -49,11 +49,9 @@ class TorchBackend:
         seeds: Sequence[int] | None = None,
     ) -> list[Generation]:
         """One generation per prompt; row i draws from a generator seeded with `seeds[i]` (else `seed`)."""
-        row_seeds = [seed] * len(prompts) if seeds is None else list(seeds)
-        if len(row_seeds) != len(prompts):
-            raise ValueError(f"{len(prompts)} prompts but {len(row_seeds)} seeds")
+        seeded = row_seeds(prompts, seed, seeds)
         shared = shared_prompt_prefix(prompts)
-        generators = [self._generator(s) for s in row_seeds]
+        generators = [self._generator(s) for s in seeded]
         with torch.no_grad():
             past, input_ids, attention = self._prefill_shared(prompts, shared)
             tokens, logprobs = self._decode(

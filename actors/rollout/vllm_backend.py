@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from actors.rollout.generation import Generation
+from actors.rollout.generation import Generation, row_seeds
 
 if TYPE_CHECKING:
     import torch
@@ -76,12 +76,10 @@ class VllmBackend:
         seed: int = 0,
         seeds: Sequence[int] | None = None,
     ) -> list[Generation]:
-        row_seeds = [seed] * len(prompts) if seeds is None else list(seeds)
-        if len(row_seeds) != len(prompts):
-            raise ValueError(f"{len(prompts)} prompts but {len(row_seeds)} seeds")
+        seeded = row_seeds(prompts, seed, seeds)
         params = [
             self.sampling_params(**sampling_kwargs(max_new_tokens, temperature, top_p, s, self.eos))
-            for s in row_seeds
+            for s in seeded
         ]
         inputs = [{"prompt_token_ids": list(prompt)} for prompt in prompts]
         outputs = self.llm.generate(inputs, params, use_tqdm=False)
