@@ -20,7 +20,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from kafka import KafkaConsumer, TopicPartition
 
@@ -52,6 +52,56 @@ def wait_for(what: str, check: Callable[[], bool], timeout_s: float, every_s: fl
         if time.monotonic() > give_up:
             raise AssertionError(f"no {what} within {timeout_s:g} s")
         time.sleep(every_s)
+
+
+# After a run's end, how long the test's reader may take to read the log's last events.
+READ_UP_S = 60.0
+
+
+class LogSource(Protocol):
+    """What a moment is waited on: the run's log as read so far (`Reader`)."""
+
+    view: LogView
+
+    def poll(self) -> LogView: ...
+
+
+def wait_for_moment(
+    what: str,
+    check: Callable[[LogView], bool],
+    reader: LogSource,
+    *,
+    dead: Callable[[], Iterable[str]],
+    run_ended: Callable[[], bool],
+    tails: Callable[[], str],
+    timeout_s: float,
+    every_s: float = 0.3,
+) -> LogView:
+    """Wait until the run's log, as `reader` reads it, passes `check`; fail at once when a worker that
+    should run (`dead`) exited, and when the run ended (`run_ended`: the scheduler exited) before it.
+
+    The log is read before the run's end is looked at, and the end counts only `READ_UP_S` after it: the
+    run may end while the moment's events are in the log but not yet read (the chaos test's last fault, 10
+    episodes before the end, cut a broker off for 8 s, and its scheduler saw the 200th episode end before
+    this reader saw the 191st: the test failed a healthy run when it looked at the scheduler first)."""
+    run_ended_at: float | None = None
+
+    def ready() -> bool:
+        nonlocal run_ended_at
+        exited = sorted(dead())
+        assert not exited, f"{exited} exited early:\n{tails()}"
+        if check(reader.poll()):
+            return True
+        if run_ended():
+            run_ended_at = run_ended_at or time.monotonic()
+            assert time.monotonic() - run_ended_at < READ_UP_S, (
+                f"the run ended before the faults did ({what}; the log read up to {READ_UP_S:g} s after "
+                f"its end)\n{tails()}"
+            )
+        return False
+
+    wait_for(what, ready, timeout_s, every_s)
+    return reader.view
 
 
 @dataclass

@@ -54,6 +54,7 @@ from tests.integration.fault_helpers import (
     dump,
     stop_processes,
     wait_for,
+    wait_for_moment,
 )
 
 TASKS = REPO_ROOT / "examples" / "tasks"
@@ -165,17 +166,11 @@ class Chaos:
     faults: list[dict[str, Any]] = field(default_factory=list)
 
     def moment(self, what: str, check: Callable[[LogView], bool]) -> LogView:
-        def ready() -> bool:
-            dead = self.processes.dead()
-            assert not dead, f"{dead} exited early:\n{self.processes.tails()}"
-            scheduler = self.processes.running["scheduler"].poll()
-            assert scheduler is None, (
-                f"the run ended before the faults did ({what})\n{self.processes.tails()}"
-            )
-            return check(self.reader.poll())
-
-        wait_for(what, ready, MOMENT_TIMEOUT_S, every_s=0.5)
-        return self.reader.view
+        return wait_for_moment(
+            what, check, self.reader, dead=self.processes.dead, tails=self.processes.tails,
+            run_ended=lambda: self.processes.running["scheduler"].poll() is not None,
+            timeout_s=MOMENT_TIMEOUT_S, every_s=0.5,
+        )  # fmt: skip
 
     def inject(self, fault: str) -> None:
         view = self.moment(f"episodes in flight for '{fault}'", lambda v: len(v.in_flight) >= 2)

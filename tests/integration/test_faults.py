@@ -57,7 +57,15 @@ from schemas.blobs import LocalObjectStore
 from schemas.common import FailureClass
 from schemas.requests import SandboxRequest
 from streams.kafka.topics import ensure_topics
-from tests.integration.fault_helpers import Cluster, LogView, Reader, cgroups_running, dump, wait_for
+from tests.integration.fault_helpers import (
+    Cluster,
+    LogView,
+    Reader,
+    cgroups_running,
+    dump,
+    wait_for,
+    wait_for_moment,
+)
 
 TASKS = REPO_ROOT / "examples" / "tasks"
 EXAMPLES = tuple(
@@ -98,18 +106,11 @@ class Faults:
         self.crashes: list[dict[str, Any]] = []
 
     def moment(self, what: str, check: Callable[[LogView], bool]) -> LogView:
-        def ready() -> bool:
-            dead = {k for k, alive in self.cluster.alive().items() if not alive}
-            assert not dead, f"{dead} exited early:\n{self.cluster.tails()}"
-            scheduler = self.cluster.processes["scheduler"].poll()
-            assert scheduler is None, (
-                f"the scheduler exited ({scheduler}) before {what}: the run ended before the faults did\n"
-                f"{self.cluster.tails()}"
-            )
-            return check(self.reader.poll())
-
-        wait_for(what, ready, MOMENT_TIMEOUT_S)
-        return self.reader.view
+        return wait_for_moment(
+            what, check, self.reader, tails=self.cluster.tails, timeout_s=MOMENT_TIMEOUT_S,
+            dead=lambda: (name for name, alive in self.cluster.alive().items() if not alive),
+            run_ended=lambda: self.cluster.processes["scheduler"].poll() is not None,
+        )  # fmt: skip
 
     def record(self, fault: str, view: LogView, **extra: object) -> None:
         flight = _steps_in_flight(view)
