@@ -14,7 +14,7 @@ from typing import Any
 
 import faust
 
-from streams.ports import Headers
+from streams.ports import Headers, all_settled
 
 
 class FaustBus:
@@ -111,20 +111,28 @@ class FaustRows:
         once, acknowledged together, and only then written to the local store. Faust's own callback
         records each acknowledged offset in the store, as for its own writes."""
         table = self.table
-        acks = [
-            await table.changelog_topic.send(
-                key=key.encode(),
-                value=value,
-                partition=partition,
-                timestamp=timestamp_s,
-                key_serializer=table.key_serializer,
-                value_serializer=table.value_serializer,
-                callback=table._on_changelog_sent,
-                force=True,  # never deferred to the current stream event's acknowledgement
-            )
-            for partition, key, value in rows
-        ]
-        await asyncio.gather(*acks)
+        acks: list[Awaitable[Any]] = []
+        refused: Exception | None = None
+        for partition, key, value in rows:
+            try:
+                acks.append(
+                    await table.changelog_topic.send(
+                        key=key.encode(),
+                        value=value,
+                        partition=partition,
+                        timestamp=timestamp_s,
+                        key_serializer=table.key_serializer,
+                        value_serializer=table.value_serializer,
+                        callback=table._on_changelog_sent,
+                        force=True,  # never deferred to the current stream event's acknowledgement
+                    )
+                )
+            except Exception as exc:
+                refused = exc
+                break
+        # Every row's record settled before a failure is raised: one still in flight could land after the
+        # retried batch's row for the same episode and be the changelog's last word on it.
+        await all_settled(acks, refused)
         for partition, key, value in rows:
             self._put_local(partition, key.encode(), value)
 

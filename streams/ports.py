@@ -6,12 +6,14 @@ meet the same contracts (`tests/rows_contract.py`).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from streams.owner import TaskInfo
 
+T = TypeVar("T")
 Headers = tuple[tuple[str, bytes], ...]  # a record's Kafka headers (traceparent)
 
 
@@ -28,6 +30,22 @@ class Bus(Protocol):
         headers: Headers = (),
         timestamp_s: float | None = None,
     ) -> Awaitable[int]: ...
+
+
+async def all_settled(acks: Sequence[Awaitable[T]], failure: BaseException | None = None) -> list[T]:
+    """The results of `acks` (offsets), awaited to the last one, then the first failure raised (`failure`,
+    a send that raised before these acks were all made, comes first). Not `asyncio.gather`'s default, which
+    raises at the first failure and leaves the other records in flight: a batch rebuilt from the log
+    meanwhile does not see them, and its retry sends them again once they have landed (the chaos test's
+    duplicate event, 2026-12-08: a broker cut off, one record refused as late, the episode's event on its
+    way)."""
+    settled = await asyncio.gather(*acks, return_exceptions=True)
+    if failure is not None:
+        raise failure
+    for outcome in settled:
+        if isinstance(outcome, BaseException):
+            raise outcome
+    return [outcome for outcome in settled if not isinstance(outcome, BaseException)]
 
 
 class Rows(Protocol):

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import dataclasses
 import json
+import threading
 from collections.abc import Awaitable, Iterator
 
 import pytest
@@ -251,6 +253,75 @@ def test_a_failed_batch_is_rebuilt_from_the_log_and_retried() -> None:
     assert len(world.requests("sandbox.requests")) == 1
     assert world.dead() == []
     assert worker.stats.get("ignored.duplicate") == 1
+
+
+LANDS_AFTER_S = 0.2  # the late record, against the retry's backoff of 1 ms
+
+
+class LateThenRefusedLog(Log):
+    """The chaos test's broker cut off and healed (2026-12-08): in the batch that decides an action, the
+    episode's event reaches the log only later (its partition's leader was cut off; the producer retries it)
+    while the next request's acknowledgement fails at once (the broker refused the record as late,
+    `InvalidTimestampError`). Armed once `arm` is set; each happens once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = False
+        self.landing: list[threading.Timer] = []  # the late record lands whatever the worker does meanwhile
+
+    async def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes,
+        headers: Headers = (),
+        timestamp_s: float | None = None,
+    ) -> Awaitable[int]:
+        loop = asyncio.get_running_loop()
+        if self.armed and topic == "episode.events" and not self.landing:
+            future: asyncio.Future[int] = loop.create_future()
+
+            def land() -> None:  # the producer's retry, once the leader is back
+                records = self.topics.setdefault(topic, [])
+                records.append((key, value))
+                with contextlib.suppress(RuntimeError):  # the worker's loop may be gone (it did not wait)
+                    loop.call_soon_threadsafe(future.set_result, len(records) - 1)
+
+            self.landing.append(threading.Timer(LANDS_AFTER_S, land))
+            self.landing[-1].start()
+            return future
+        if self.armed and topic == "sandbox.requests":
+            self.armed = False
+            refused: asyncio.Future[int] = loop.create_future()
+            refused.set_exception(RuntimeError("InvalidTimestampError: the record is late"))
+            return refused
+        return await super().send(topic, key, value, headers, timestamp_s)
+
+
+def test_a_batch_that_fails_is_rebuilt_only_once_every_record_it_sent_has_landed_or_failed() -> None:
+    """The failed batch's event is still on its way when another of its records is refused: the worker must
+    wait for it before it rebuilds the partition from the log, or the retry decides the action again and
+    the episode's log holds the event twice (the audit's `duplicate_step`, found by the chaos test)."""
+    log = LateThenRefusedLog()
+    world = World(log=log)
+    worker = EpisodeWorker(
+        rows=world.rows, bus=world.log, tasks=world.worker().tasks, read_events=world.log.read_events,
+        origin=world.origin, clock=world.clock, retry_backoff_s=(0.001, 0.002),
+    )  # fmt: skip
+    asyncio.run(worker.sync_assignment({0}))
+    world.deliver(worker, "episode.commands", start_command())
+    action = world.workers.act(_policy(world, EPISODE))
+    log.armed = True
+    world.deliver(worker, "policy.results", action)
+    for landing in log.landing:
+        landing.join()
+    assert worker.stats.get("batch_retries") == 1
+    event_ids = [e.meta.event_id for e in world.events()]
+    assert len(event_ids) == len(set(event_ids)) == 2, [type(e).__name__ for e in world.events()]
+    assert worker.stats.get("ignored.duplicate") == 1  # the retry found the event in the log
+    assert world.state().episode.phase is Phase.AWAITING_EXECUTION
+    assert len(world.requests("sandbox.requests")) == 1  # resent by the recovery
+    assert verify_chain(world.log.values("episode.events"), CODEC).ok
 
 
 class UnreadableLog(Log):
