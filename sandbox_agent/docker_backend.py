@@ -62,6 +62,8 @@ from sandbox_agent.listing import (
     LISTING_ARGV,
     PAST_RACY_WINDOW_S,
     HashCache,
+    Listing,
+    ListingError,
     parse_listing,
 )
 from sandbox_agent.manifest import SnapshotId
@@ -91,6 +93,7 @@ ULIMITS = [
 ]
 HUNG_GRACE_S = 5.0  # past the timeout, how long the host waits for the streams to close
 INTERNAL_DEADLINE_S = 120.0  # trialog's own transfers (listing, tar) in a sandbox
+LISTING_TRIES = 2  # a listing whose output does not parse is taken once more (`DockerBackend._listing`)
 READ_MAX_BYTES = 64 * MIB
 SNAPSHOT_IN_FLIGHT_BYTES = 32 * MIB  # fetched file bodies handed to the store and not yet written
 
@@ -485,16 +488,32 @@ class DockerBackend:
                 return self._snapshot(sandbox, state.hashes)
 
     def _snapshot(self, sandbox: Sandbox, hashes: HashCache) -> SnapshotId:
-        code, listed, err = self._run(sandbox, LISTING_ARGV)
-        if code not in (0, 1):  # 1: some folder was unreadable (the agent's doing); the rest is listed
-            raise SandboxError(f"listing the workspace failed: {err.decode(errors='replace').strip()}")
-        listing = parse_listing(listed)
+        listing = self._listing(sandbox)
         stale = hashes.stale(listing)
         fetched = self._fetch(sandbox, stale) if stale else {}  # in the store already
         manifest = hashes.manifest(listing, fetched)
         snapshot_id = self.snapshots.save(manifest, {})
         hashes.remember(listing, fetched)
         return snapshot_id
+
+    def _listing(self, sandbox: Sandbox) -> Listing:
+        """The workspace's listing. Output that does not parse is taken once more: the listing always
+        prints the clock line first, yet under load a listing through `docker exec` once came back with
+        exit code 0 or 1 and no output at all (the engine's stream lost it); garbled twice, the sandbox is
+        given up as lost (`SandboxError`), never a `ValueError` out of a snapshot."""
+        garbled: ListingError | None = None
+        for _ in range(LISTING_TRIES):
+            code, listed, err = self._run(sandbox, LISTING_ARGV)
+            if code not in (0, 1):  # 1: some folder was unreadable (the agent's doing); the rest is listed
+                raise SandboxError(f"listing the workspace failed: {err.decode(errors='replace').strip()}")
+            try:
+                return parse_listing(listed)
+            except ListingError as exc:
+                garbled = exc
+                log.warning("sandbox %s: a listing that does not parse (%s)", sandbox.id[:12], exc)
+        raise SandboxError(
+            f"listing the workspace gave output that does not parse, {LISTING_TRIES} times: {garbled}"
+        ) from garbled
 
     def _fetch(self, sandbox: Sandbox, paths: list[str]) -> dict[str, FetchedFile]:
         """Stream the files out of the sandbox straight into the object store (see ingest.py)."""
