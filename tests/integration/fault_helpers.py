@@ -92,12 +92,14 @@ def wait_for_moment(
         assert not exited, f"{exited} exited early:\n{tails()}"
         if check(reader.poll()):
             return True
-        if run_ended():
-            run_ended_at = run_ended_at or time.monotonic()
-            assert time.monotonic() - run_ended_at < READ_UP_S, (
-                f"the run ended before the faults did ({what}; the log read up to {READ_UP_S:g} s after "
-                f"its end)\n{tails()}"
-            )
+        if not run_ended():
+            run_ended_at = None  # (a scheduler killed and started again by the test is running again)
+            return False
+        run_ended_at = run_ended_at or time.monotonic()
+        assert time.monotonic() - run_ended_at < READ_UP_S, (
+            f"the run ended before the faults did ({what}; the log read up to {READ_UP_S:g} s after "
+            f"its end)\n{tails()}"
+        )
         return False
 
     wait_for(what, ready, timeout_s, every_s)
