@@ -8,13 +8,14 @@ the unit tests' fake table to the same contract.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Awaitable, Generator, Iterator, Sequence
 from typing import Any
 
 import faust
 
-from streams.ports import Headers, all_settled
+from streams.ports import Headers, send_all
 
 
 class FaustBus:
@@ -111,28 +112,22 @@ class FaustRows:
         once, acknowledged together, and only then written to the local store. Faust's own callback
         records each acknowledged offset in the store, as for its own writes."""
         table = self.table
-        acks: list[Awaitable[Any]] = []
-        refused: Exception | None = None
-        for partition, key, value in rows:
-            try:
-                acks.append(
-                    await table.changelog_topic.send(
-                        key=key.encode(),
-                        value=value,
-                        partition=partition,
-                        timestamp=timestamp_s,
-                        key_serializer=table.key_serializer,
-                        value_serializer=table.value_serializer,
-                        callback=table._on_changelog_sent,
-                        force=True,  # never deferred to the current stream event's acknowledgement
-                    )
-                )
-            except Exception as exc:
-                refused = exc
-                break
-        # Every row's record settled before a failure is raised: one still in flight could land after the
-        # retried batch's row for the same episode and be the changelog's last word on it.
-        await all_settled(acks, refused)
+        # Every row's record settled before a failure is raised (`send_all`): one still in flight could land
+        # after the retried batch's row for the same episode and be the changelog's last word on it.
+        await send_all(
+            functools.partial(
+                table.changelog_topic.send,
+                key=key.encode(),
+                value=value,
+                partition=partition,
+                timestamp=timestamp_s,
+                key_serializer=table.key_serializer,
+                value_serializer=table.value_serializer,
+                callback=table._on_changelog_sent,
+                force=True,  # never deferred to the current stream event's acknowledgement
+            )
+            for partition, key, value in rows
+        )
         for partition, key, value in rows:
             self._put_local(partition, key.encode(), value)
 

@@ -48,6 +48,20 @@ async def all_settled(acks: Sequence[Awaitable[T]], failure: BaseException | Non
     return [outcome for outcome in settled if not isinstance(outcome, BaseException)]
 
 
+async def send_all(sends: Iterable[Callable[[], Awaitable[Awaitable[T]]]]) -> list[T]:
+    """Start each send in order (each gives its acknowledgement), then await them all (`all_settled`). A
+    send that raises starts no more; it is raised once those already started have settled."""
+    acks: list[Awaitable[T]] = []
+    refused: Exception | None = None
+    for send in sends:
+        try:
+            acks.append(await send())
+        except Exception as exc:
+            refused = exc
+            break
+    return await all_settled(acks, refused)
+
+
 class Rows(Protocol):
     """The `episodes` table as the worker sees it: episode id -> encoded `Row`, written per partition."""
 

@@ -96,8 +96,9 @@ The metric points and an ended episode's root span follow once the batch's event
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from schemas import topics
@@ -123,7 +124,7 @@ from schemas.trajectories import TrajectoryCompleted
 from streams import owner
 from streams.fencing import Membership, Stale
 from streams.owner import Appended, Effects, OwnerError, OwnerState, Request, TaskInfo, resume
-from streams.ports import Bus, EventReader, Headers, Input, Rows, Tasks, all_settled
+from streams.ports import Bus, EventReader, Headers, Input, Rows, Tasks, send_all
 from streams.rows import Row, sampling_for
 from streams.step_grading import OFF as NO_STEP_GRADING
 from streams.step_grading import StepGrading
@@ -614,15 +615,10 @@ class EpisodeWorker:
         stamp = self._stamp()
         if self.faults.after_check is not None:
             self.faults.after_check()
-        acks: list[Awaitable[int]] = []
-        refused: Exception | None = None
-        for topic, record_key, value, _, headers in work.records:
-            try:
-                acks.append(await self.bus.send(topic, record_key, value, headers, stamp))
-            except Exception as exc:  # what was sent before it is still settled first (`all_settled`)
-                refused = exc
-                break
-        offsets = await all_settled(acks, refused)
+        offsets = await send_all(
+            functools.partial(self.bus.send, topic, key, value, headers, stamp)
+            for topic, key, value, _, headers in work.records
+        )
         if not work.rows:
             return
         if self.faults.before_row_write is not None:

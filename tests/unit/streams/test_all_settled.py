@@ -1,12 +1,15 @@
-"""`streams.ports.all_settled`: a batch's acknowledgements are all awaited before its failure is raised."""
+"""`streams.ports.all_settled` and `send_all`: a batch's acknowledgements are all awaited before its
+failure is raised."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
+from functools import partial
 
 import pytest
 
-from streams.ports import all_settled
+from streams.ports import all_settled, send_all
 
 
 async def _late(order: list[str], offset: int) -> int:
@@ -43,3 +46,27 @@ def test_a_send_that_raised_before_the_others_were_acknowledged_is_raised_after_
     with pytest.raises(TimeoutError, match="no metadata"):
         asyncio.run(all_settled([_late(order, 4)], TimeoutError("no metadata")))
     assert order == ["landed 4"]
+
+
+async def _send(order: list[str], offset: int) -> Awaitable[int]:
+    order.append(f"sent {offset}")
+    return asyncio.ensure_future(_late(order, offset))
+
+
+async def _no_metadata(order: list[str]) -> Awaitable[int]:
+    order.append("send raised")
+    raise TimeoutError("no metadata")
+
+
+def test_send_all_starts_no_send_after_one_that_raised_and_raises_it_once_the_started_ones_landed() -> None:
+    order: list[str] = []
+    sends = [
+        partial(_send, order, 1),
+        partial(_send, order, 2),
+        partial(_no_metadata, order),
+        partial(_send, order, 3),
+    ]
+    with pytest.raises(TimeoutError, match="no metadata"):
+        asyncio.run(send_all(sends))
+    assert order == ["sent 1", "sent 2", "send raised", "landed 1", "landed 2"]
+    assert asyncio.run(send_all([partial(_send, [], 5), partial(_send, [], 6)])) == [5, 6]
